@@ -1,0 +1,187 @@
+//! The device layer: driver detection, one context and module per GPU, cached function handles,
+//! and the one launch path every kernel goes through.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+
+/// Dynamic shared memory a launch may use without opting in.
+const DEFAULT_SMEM_LIMIT: usize = 48 * 1024;
+
+/// One GPU with the kernels' module loaded: the handle every operation takes.
+///
+/// Created once per device ordinal per process ([`Gpu::new`] returns the same `Arc` again), so the
+/// module is loaded once per context and each function handle is looked up once.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    module: Arc<CudaModule>,
+    functions: [OnceLock<CudaFunction>; Kernel::ALL.len()],
+    /// Max dynamic shared memory already granted to each function (bytes).
+    smem_granted: [AtomicU32; Kernel::ALL.len()],
+    name: String,
+    compute_capability: (i32, i32),
+    sm_count: usize,
+    smem_optin: usize,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.ctx.ordinal())
+            .field("name", &self.name)
+            .field("compute_capability", &self.compute_capability)
+            .field("sm_count", &self.sm_count)
+            .finish()
+    }
+}
+
+impl Gpu {
+    /// Whether a CUDA driver library can be loaded here (never panics).
+    pub fn driver_present() -> bool {
+        // SAFETY: only tries to open the library by name.
+        unsafe { cudarc::driver::sys::is_culib_present() }
+    }
+
+    /// The GPU of `ordinal`, with the module loaded; the same handle on later calls.
+    ///
+    /// Errors, never panics, when there is no driver ([`Error::NoDriver`]), no GPU
+    /// ([`Error::NoDevice`]), no such ordinal, or a GPU older than sm_80.
+    pub fn new(ordinal: usize) -> Result<Arc<Gpu>> {
+        static OPEN: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+        if !Self::driver_present() {
+            return Err(Error::NoDriver);
+        }
+        let mut open = OPEN.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gpu) = open.get(&ordinal) {
+            return Ok(gpu.clone());
+        }
+        let count = CudaContext::device_count().map_err(Error::driver("counting devices"))? as usize;
+        if count == 0 {
+            return Err(Error::NoDevice);
+        }
+        if ordinal >= count {
+            return Err(Error::BadOrdinal { ordinal, count });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(Error::driver("creating the context"))?;
+        let (major, minor) = ctx.compute_capability().map_err(Error::driver("reading the compute capability"))?;
+        if major < 8 {
+            return Err(Error::ComputeCapability { major, minor });
+        }
+        let attr = |a| ctx.attribute(a).map_err(Error::driver("reading a device attribute"));
+        let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+        let smem_optin = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
+        let name = ctx.name().map_err(Error::driver("reading the device name"))?;
+        let module = ctx.load_module(Ptx::from_src(crate::PTX)).map_err(Error::driver("loading the PTX module"))?;
+        let gpu = Arc::new(Gpu {
+            ctx,
+            module,
+            functions: std::array::from_fn(|_| OnceLock::new()),
+            smem_granted: std::array::from_fn(|_| AtomicU32::new(DEFAULT_SMEM_LIMIT as u32)),
+            name,
+            compute_capability: (major, minor),
+            sm_count,
+            smem_optin,
+        });
+        open.insert(ordinal, gpu.clone());
+        Ok(gpu)
+    }
+
+    /// The driver context (for allocations and streams).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The context's default stream.
+    pub fn default_stream(&self) -> Arc<CudaStream> {
+        self.ctx.default_stream()
+    }
+
+    /// Device name as the driver reports it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> usize {
+        self.sm_count
+    }
+
+    /// Largest dynamic shared memory a block may opt in to, in bytes.
+    pub fn max_shared_memory_optin(&self) -> usize {
+        self.smem_optin
+    }
+
+    fn function(&self, kernel: Kernel) -> Result<&CudaFunction> {
+        let slot = &self.functions[kernel.index()];
+        if let Some(f) = slot.get() {
+            return Ok(f);
+        }
+        let f = self.module.load_function(kernel.symbol()).map_err(Error::driver("looking up a kernel"))?;
+        Ok(slot.get_or_init(|| f))
+    }
+
+    /// Starts a launch of `kernel` on `stream`; push the arguments in the kernel's order, then
+    /// [`Launch::run`]. Neither allocates device memory nor synchronizes.
+    pub(crate) fn launch<'a>(&'a self, stream: &'a CudaStream, kernel: Kernel) -> Result<Launch<'a>> {
+        let function = self.function(kernel)?;
+        Ok(Launch { gpu: self, kernel, function, args: stream.launch_builder(function) })
+    }
+}
+
+/// A launch being assembled (see [`Gpu::launch`]).
+pub(crate) struct Launch<'a> {
+    gpu: &'a Gpu,
+    kernel: Kernel,
+    function: &'a CudaFunction,
+    args: LaunchArgs<'a>,
+}
+
+impl<'a> Launch<'a> {
+    /// Appends one kernel argument.
+    pub(crate) fn arg<T>(&mut self, value: T) -> &mut Self
+    where
+        LaunchArgs<'a>: PushKernelArg<T>,
+    {
+        self.args.arg(value);
+        self
+    }
+
+    /// Enqueues the kernel. Checks the shared memory against the device's opt-in limit (typed
+    /// error naming both figures) and raises the function's limit once when above 48 KB.
+    ///
+    /// # Safety
+    /// The pushed arguments must match the kernel's parameter list and the buffers must have the
+    /// sizes the kernel's contract states for `cfg`.
+    pub(crate) unsafe fn run(mut self, cfg: LaunchConfig) -> Result<()> {
+        let needed = cfg.shared_mem_bytes as usize;
+        if needed > self.gpu.smem_optin {
+            return Err(Error::SharedMemory { kernel: self.kernel.symbol(), needed, max: self.gpu.smem_optin });
+        }
+        let granted = &self.gpu.smem_granted[self.kernel.index()];
+        if needed as u32 > granted.load(Ordering::Acquire) {
+            self.function
+                .set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    needed as i32,
+                )
+                .map_err(Error::driver("raising a kernel's shared-memory limit"))?;
+            granted.fetch_max(needed as u32, Ordering::AcqRel);
+        }
+        // SAFETY: the caller guarantees the argument list and buffer sizes.
+        unsafe { self.args.launch(cfg) }.map_err(Error::driver("launching a kernel"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,79 @@
+//! The table of every kernel entry point in [`crate::PTX`].
+
+/// One entry point of the PTX module. Every launch names its kernel through this table, so the
+/// host can list what exists, check it against the PTX, and cache one function handle per row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kernel {
+    /// One `mma.m16n8k16` bf16→f32 (self-test).
+    PrimMmaBf16M16n8k16,
+    /// One `mma.m16n8k8` tf32→f32 (self-test).
+    PrimMmaTf32M16n8k8,
+    /// `ldmatrix .x4` / `.x4.trans` round trip (self-test).
+    PrimLdmatrixX4,
+    /// `cp.async` + `wait_group` round trip (self-test).
+    PrimCpAsync,
+    /// Warp inclusive scan of affine maps (self-test).
+    PrimWarpScan,
+    /// Range-reduced `sincos` (self-test).
+    PrimSincos,
+}
+
+impl Kernel {
+    /// Every kernel, in table order.
+    pub const ALL: [Kernel; 6] = [
+        Kernel::PrimMmaBf16M16n8k16,
+        Kernel::PrimMmaTf32M16n8k8,
+        Kernel::PrimLdmatrixX4,
+        Kernel::PrimCpAsync,
+        Kernel::PrimWarpScan,
+        Kernel::PrimSincos,
+    ];
+
+    /// Its symbol in the PTX (`.entry` name).
+    pub const fn symbol(self) -> &'static str {
+        match self {
+            Kernel::PrimMmaBf16M16n8k16 => "prim_mma_bf16_m16n8k16",
+            Kernel::PrimMmaTf32M16n8k8 => "prim_mma_tf32_m16n8k8",
+            Kernel::PrimLdmatrixX4 => "prim_ldmatrix_x4",
+            Kernel::PrimCpAsync => "prim_cp_async",
+            Kernel::PrimWarpScan => "prim_warp_scan",
+            Kernel::PrimSincos => "prim_sincos",
+        }
+    }
+
+    /// Position in [`Kernel::ALL`] (index of its cached function handle).
+    pub(crate) fn index(self) -> usize {
+        Kernel::ALL.iter().position(|k| *k == self).expect("every kernel is in ALL")
+    }
+}
+
+/// The `.entry` names declared in a PTX text, in order.
+pub fn ptx_entry_points(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .filter_map(|line| line.trim_start().strip_prefix(".visible .entry "))
+        .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_matches_ptx_entry_points() {
+        let mut in_ptx = ptx_entry_points(crate::PTX);
+        in_ptx.sort_unstable();
+        let mut in_table: Vec<_> = Kernel::ALL.iter().map(|k| k.symbol()).collect();
+        in_table.sort_unstable();
+        assert_eq!(in_ptx, in_table, "Kernel::ALL and the PTX's .entry set differ");
+    }
+
+    #[test]
+    fn ptx_targets_sm80() {
+        assert!(crate::PTX.contains(".target sm_80"), "PTX not built for sm_80");
+        assert!(crate::PTX.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+        assert!(crate::PTX.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+        assert!(!crate::PTX.contains(".local"), "PTX uses local memory (stack)");
+    }
+}

@@ -1,0 +1,30 @@
+//! Host library of mamba3-rs: Mamba-3 MIMO and Mamba-1 selective-scan kernels written in Rust.
+//!
+//! | CPU concept | here |
+//! |---|---|
+//! | the device code | [`PTX`], built from `kernels/` by rustc's nvptx64 backend and embedded at build time |
+//! | a GPU and its loaded module | [`Gpu`] (one per device ordinal per process) |
+//! | one compiled kernel | a row of [`Kernel`], the table every launch goes through |
+//! | "what is correct" | [`golden`], the float64 CPU model of the spec |
+//! | a failure | [`Error`]: typed, naming the argument, its value and the rule |
+//!
+//! The crate builds and its CPU parts run on machines without CUDA: the driver is loaded
+//! dynamically, and [`Gpu::new`] returns [`Error::NoDriver`] / [`Error::NoDevice`] instead of
+//! panicking.
+
+mod device;
+mod error;
+pub mod golden;
+mod kernel;
+pub mod primitives;
+
+pub use device::Gpu;
+pub use error::{Error, Result};
+pub use kernel::{ptx_entry_points, Kernel};
+
+/// The PTX module of every kernel (PTX ISA 7.0, `sm_80`; the driver JIT-compiles it for sm_80
+/// through sm_120).
+pub static PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mamba3_kernels.ptx"));
+
+/// Re-export of the driver bindings the API exposes (streams, slices, contexts).
+pub use cudarc::driver as cuda;

@@ -1,0 +1,147 @@
+//! Host drivers of the self-test kernels (`kernels/src/primitives.rs`).
+//!
+//! Each function copies its inputs to the GPU, runs one primitive on the default stream,
+//! synchronizes and copies the result back: they exist to check the primitives against plain host
+//! loops, so unlike the operators they allocate and synchronize by contract.
+
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig};
+use half::bf16;
+
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+
+fn check_len(arg: &'static str, len: usize, expected: usize) -> Result<()> {
+    if len == expected {
+        Ok(())
+    } else {
+        Err(Error::invalid(arg, format!("{len} elements"), format!("must hold exactly {expected} elements")))
+    }
+}
+
+fn upload<T: DeviceRepr>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>> {
+    gpu.default_stream().clone_htod(host).map_err(Error::driver("copying to the device"))
+}
+
+fn download<T: DeviceRepr + Default + Clone>(gpu: &Gpu, dev: &CudaSlice<T>) -> Result<Vec<T>> {
+    gpu.default_stream().clone_dtoh(dev).map_err(Error::driver("copying to the host"))
+}
+
+fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>> {
+    gpu.default_stream().alloc_zeros(len).map_err(Error::driver("allocating"))
+}
+
+fn one_warp(shared_mem_bytes: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes }
+}
+
+fn covering(n: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n.div_ceil(256).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn check_count(arg: &'static str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::invalid(arg, format!("{n} elements"), "must be below 2^32"))
+}
+
+/// `a·b + c` through one `mma.m16n8k16` bf16 instruction: `a` 16×16 row-major, `b` 16×8 indexed
+/// (k, n) row-major, `c` and the result 16×8 f32 row-major.
+pub fn mma_bf16_m16n8k16(gpu: &Gpu, a: &[bf16], b: &[bf16], c: &[f32]) -> Result<Vec<f32>> {
+    check_len("a", a.len(), 256)?;
+    check_len("b", b.len(), 128)?;
+    check_len("c", c.len(), 128)?;
+    let bits = |x: &[bf16]| x.iter().map(|v| v.to_bits()).collect::<Vec<u16>>();
+    let (da, db, dc) = (upload(gpu, &bits(a))?, upload(gpu, &bits(b))?, upload(gpu, c)?);
+    let mut dd = zeros::<f32>(gpu, 128)?;
+    let stream = gpu.default_stream();
+    let mut launch = gpu.launch(&stream, Kernel::PrimMmaBf16M16n8k16)?;
+    launch.arg(&da).arg(&db).arg(&dc).arg(&mut dd);
+    // SAFETY: argument order and sizes match the kernel's contract.
+    unsafe { launch.run(one_warp(0))? };
+    download(gpu, &dd)
+}
+
+/// `tf32(a)·tf32(b) + c` through one `mma.m16n8k8` tf32 instruction: `a` 16×8, `b` 8×8 indexed
+/// (k, n), `c` and the result 16×8, all f32 row-major. Inputs are rounded to TF32 on the device.
+pub fn mma_tf32_m16n8k8(gpu: &Gpu, a: &[f32], b: &[f32], c: &[f32]) -> Result<Vec<f32>> {
+    check_len("a", a.len(), 128)?;
+    check_len("b", b.len(), 64)?;
+    check_len("c", c.len(), 128)?;
+    let (da, db, dc) = (upload(gpu, a)?, upload(gpu, b)?, upload(gpu, c)?);
+    let mut dd = zeros::<f32>(gpu, 128)?;
+    let stream = gpu.default_stream();
+    let mut launch = gpu.launch(&stream, Kernel::PrimMmaTf32M16n8k8)?;
+    launch.arg(&da).arg(&db).arg(&dc).arg(&mut dd);
+    // SAFETY: argument order and sizes match the kernel's contract.
+    unsafe { launch.run(one_warp(0))? };
+    download(gpu, &dd)
+}
+
+/// Four 8×8 u16 matrices (`src`, matrix-major, row-major within) through shared memory and
+/// `ldmatrix .x4` (`transpose`: `.x4.trans`); returns the 32 lanes × 4 registers, lane-major.
+pub fn ldmatrix_x4(gpu: &Gpu, src: &[u16], transpose: bool) -> Result<Vec<u32>> {
+    check_len("src", src.len(), 256)?;
+    let dsrc = upload(gpu, src)?;
+    let mut dout = zeros::<u32>(gpu, 128)?;
+    let stream = gpu.default_stream();
+    let transpose = transpose as u32;
+    let mut launch = gpu.launch(&stream, Kernel::PrimLdmatrixX4)?;
+    launch.arg(&dsrc).arg(&mut dout).arg(&transpose);
+    // SAFETY: argument order and sizes match the kernel's contract; 512 bytes of shared memory.
+    unsafe { launch.run(one_warp(512))? };
+    download(gpu, &dout)
+}
+
+/// Copies `src` (a whole number of 16-byte chunks) global → shared → global with `cp.async` in one
+/// block of `threads` threads, and returns what came back as little-endian words.
+pub fn cp_async_roundtrip(gpu: &Gpu, src: &[u8], threads: u32) -> Result<Vec<u32>> {
+    if src.is_empty() || src.len() % 16 != 0 {
+        return Err(Error::invalid("src", format!("{} bytes", src.len()), "must be a positive multiple of 16 bytes"));
+    }
+    if !(1..=1024).contains(&threads) {
+        return Err(Error::invalid("threads", threads, "must be in 1..=1024"));
+    }
+    let chunks = check_count("src", src.len() / 16)?;
+    let dsrc = upload(gpu, src)?;
+    let mut dout = zeros::<u32>(gpu, src.len() / 4)?;
+    let stream = gpu.default_stream();
+    let mut launch = gpu.launch(&stream, Kernel::PrimCpAsync)?;
+    launch.arg(&dsrc).arg(&mut dout).arg(&chunks);
+    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: src.len() as u32 };
+    // SAFETY: argument order and sizes match the kernel's contract (16·chunks bytes of smem).
+    unsafe { launch.run(cfg)? };
+    download(gpu, &dout)
+}
+
+/// Warp-segmented inclusive scan of affine maps `(a[i], b[i])`: each run of 32 elements starting at
+/// a multiple of 32 is scanned on its own. Returns the scanned `(a, b)`.
+pub fn warp_scan_affine(gpu: &Gpu, a: &[f32], b: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
+    check_len("b", b.len(), a.len())?;
+    let n = check_count("a", a.len())?;
+    let (da, db) = (upload(gpu, a)?, upload(gpu, b)?);
+    let (mut oa, mut ob) = (zeros::<f32>(gpu, a.len().max(1))?, zeros::<f32>(gpu, a.len().max(1))?);
+    let stream = gpu.default_stream();
+    let mut launch = gpu.launch(&stream, Kernel::PrimWarpScan)?;
+    launch.arg(&da).arg(&db).arg(&mut oa).arg(&mut ob).arg(&n);
+    // SAFETY: argument order and sizes match the kernel's contract.
+    unsafe { launch.run(covering(a.len()))? };
+    let (mut ra, mut rb) = (download(gpu, &oa)?, download(gpu, &ob)?);
+    ra.truncate(a.len());
+    rb.truncate(a.len());
+    Ok((ra, rb))
+}
+
+/// `(sin x, cos x)` for every element through the device's range-reduced `sincos`.
+pub fn sincos(gpu: &Gpu, x: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
+    let n = check_count("x", x.len())?;
+    let dx = upload(gpu, x)?;
+    let (mut ds, mut dc) = (zeros::<f32>(gpu, x.len().max(1))?, zeros::<f32>(gpu, x.len().max(1))?);
+    let stream = gpu.default_stream();
+    let mut launch = gpu.launch(&stream, Kernel::PrimSincos)?;
+    launch.arg(&dx).arg(&mut ds).arg(&mut dc).arg(&n);
+    // SAFETY: argument order and sizes match the kernel's contract.
+    unsafe { launch.run(covering(x.len()))? };
+    let (mut s, mut c) = (download(gpu, &ds)?, download(gpu, &dc)?);
+    s.truncate(x.len());
+    c.truncate(x.len());
+    Ok((s, c))
+}

@@ -1,0 +1,32 @@
+//! Asynchronous global→shared copies, `cp.async` (PTX ISA §9.7.9.25, sm_80).
+
+use core::arch::asm;
+
+/// `cp.async.cg.shared.global [dst], [src], 16;`: copies 16 bytes, bypassing L1.
+///
+/// # Safety
+/// `dst` is a 16-byte aligned shared-space address inside the block's shared memory; `src` is a
+/// 16-byte aligned global pointer to 16 readable bytes. The data is visible only after
+/// [`wait_group`] and a barrier.
+#[inline(always)]
+pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
+    // SAFETY: the caller guarantees both addresses.
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16;", d = in(reg32) dst, s = in(reg64) src,
+             options(nostack))
+    };
+}
+
+/// `cp.async.commit_group;`: closes the group of copies issued so far by this thread.
+#[inline(always)]
+pub fn commit_group() {
+    // SAFETY: no operands; only orders this thread's outstanding copies.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// `cp.async.wait_group N;`: waits until at most `PENDING` of this thread's groups are in flight.
+#[inline(always)]
+pub fn wait_group<const PENDING: u32>() {
+    // SAFETY: only waits; the memory clobber keeps later shared loads after it.
+    unsafe { asm!("cp.async.wait_group {n};", n = const PENDING, options(nostack)) };
+}

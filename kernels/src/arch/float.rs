@@ -1,0 +1,37 @@
+//! Floating-point instructions with a rounding mode the compiler must not change.
+
+use core::arch::asm;
+
+/// `fma.rn.f32` (PTX ISA §9.7.3.6): `a·b + c` rounded once.
+///
+/// Used where the single rounding is part of the algorithm (Cody–Waite range reduction), so it must
+/// not depend on the compiler's contraction choices.
+#[inline(always)]
+pub fn fma_rn(a: f32, b: f32, c: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!("fma.rn.f32 {d}, {a}, {b}, {c};", d = out(reg32) d, a = in(reg32) a, b = in(reg32) b,
+             c = in(reg32) c, options(pure, nomem, nostack))
+    };
+    d
+}
+
+/// `cvt.rni.f32.f32` (PTX ISA §9.7.9.21): round to the nearest integer, ties to even.
+#[inline(always)]
+pub fn round_nearest(a: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe { asm!("cvt.rni.f32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    d
+}
+
+/// `cvt.rna.tf32.f32` (PTX ISA §9.7.9.21, sm_80): round an f32 to TF32 (10-bit mantissa), nearest,
+/// ties away from zero; the result is an f32 bit pattern with the low 13 bits clear.
+#[inline(always)]
+pub fn to_tf32(a: f32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only conversion.
+    unsafe { asm!("cvt.rna.tf32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    d
+}

@@ -1,0 +1,99 @@
+//! Special registers, barriers, warp shuffles and the dynamic shared-memory base.
+
+use core::arch::asm;
+use core::arch::nvptx;
+
+// The block's dynamic shared memory (size given at launch). PTX ISA §5.1.5 (`.extern .shared`
+// arrays of unspecified size alias the dynamic shared memory of the launch).
+core::arch::global_asm!(".extern .shared .align 16 .b8 SMEM[];");
+
+/// Shared-space (32-bit) address of the first byte of the block's dynamic shared memory.
+///
+/// Addresses in the shared window are what `ld.shared`, `st.shared`, `ldmatrix` and `cp.async`
+/// take; generic pointers would compile to slower generic loads. PTX ISA §9.7.9.1 (`mov`).
+#[inline(always)]
+pub fn smem_base() -> u32 {
+    let base: u32;
+    // SAFETY: reads the address of a symbol; no memory is touched.
+    unsafe { asm!("mov.u32 {r}, SMEM;", r = out(reg32) base, options(pure, nomem, nostack)) };
+    base
+}
+
+/// `%tid.x`.
+#[inline(always)]
+pub fn thread_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+
+/// `%ctaid.x`.
+#[inline(always)]
+pub fn block_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+
+/// `%ntid.x`.
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+
+/// Lane index within the warp (`%laneid`, PTX ISA §10.2).
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    thread_x() & 31
+}
+
+/// Block-wide barrier, `bar.sync 0` (PTX ISA §9.7.12.1).
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: every thread of the block reaches the call sites that use it.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// `trap` (PTX ISA §9.7.15.4): aborts the kernel.
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `trap` never returns.
+    unsafe { asm!("trap;", options(noreturn, nostack)) }
+}
+
+/// `shfl.sync.up.b32` over the full warp (PTX ISA §9.7.8.6): value of lane `lane - delta`;
+/// lanes below `delta` get their own value back.
+#[inline(always)]
+pub fn shfl_up_f32(value: f32, delta: u32) -> f32 {
+    let out: f32;
+    // SAFETY: register-only instruction; called by all 32 lanes (member mask 0xffffffff).
+    unsafe {
+        asm!(
+            "shfl.sync.up.b32 {d}, {a}, {b}, 0, 0xffffffff;",
+            d = out(reg32) out, a = in(reg32) value, b = in(reg32) delta,
+            options(nomem, nostack, pure)
+        )
+    };
+    out
+}
+
+/// `st.shared.b16` at a shared-space address (PTX ISA §9.7.9.10).
+///
+/// # Safety
+/// `addr` must lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_u16(addr: u32, value: u16) {
+    // SAFETY: the caller guarantees the address is in bounds.
+    unsafe { asm!("st.shared.b16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) value, options(nostack)) };
+}
+
+/// `ld.shared.b32` at a shared-space address (PTX ISA §9.7.9.8).
+///
+/// # Safety
+/// `addr` must be 4-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees the address is in bounds.
+    unsafe { asm!("ld.shared.b32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack, readonly)) };
+    v
+}

@@ -1,0 +1,21 @@
+//! Device code of mamba3-rs.
+//!
+//! Built only for `nvptx64-nvidia-cuda` by `host/build.rs` (nested cargo, `-Zbuild-std=core`,
+//! `-C target-cpu=sm_80`). Inline PTX lives in [`arch`]; everything above it is plain Rust.
+//! Every `extern "ptx-kernel"` entry point is listed in [`primitives`] (self-test kernels) and the
+//! kernel-family modules.
+#![no_std]
+#![feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)]
+#![allow(internal_features)]
+
+pub mod arch;
+pub mod frag;
+pub mod math;
+pub mod primitives;
+pub mod warp_scan;
+
+/// Kernels never unwind; a panic (out-of-range index in a debug build) traps the whole grid.
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    arch::sreg::trap()
+}

@@ -1,0 +1,36 @@
+//! Scalar device math that must hold float32 accuracy.
+
+use crate::arch::float::{fma_rn, round_nearest};
+
+/// 2/π rounded to f32.
+const TWO_OVER_PI: f32 = 0.636_619_8;
+/// π/2 as the unevaluated sum `HI + MID + LO` of three f32 (Cody–Waite reduction).
+const PIO2_HI: f32 = f32::from_bits(0x3fc9_0fdb);
+const PIO2_MID: f32 = f32::from_bits(0xb33b_bd2e);
+const PIO2_LO: f32 = f32::from_bits(0xa700_0000);
+
+/// `(sin x, cos x)` with an absolute error below 2e-7 for `|x| ≤ 1e5`.
+///
+/// Why not `sin.approx.f32`: its error grows with |x| (about 1e-2 at 1e5), and cumulative rotary
+/// angles reach that range. The argument is reduced by `j = rint(x·2/π)` with a three-term
+/// Cody–Waite subtraction, each term one `fma.rn` so the reduced argument keeps ~1e-8 absolute
+/// accuracy; then minimax polynomials on [−π/4, π/4] (Cephes `sinf`/`cosf` coefficients) and the
+/// quadrant `j mod 4` select and sign the results.
+#[inline(always)]
+pub fn sincos(x: f32) -> (f32, f32) {
+    let j = round_nearest(x * TWO_OVER_PI);
+    let r = fma_rn(-j, PIO2_HI, x);
+    let r = fma_rn(-j, PIO2_MID, r);
+    let r = fma_rn(-j, PIO2_LO, r);
+    let z = r * r;
+    let sin_poly = fma_rn(fma_rn(-1.951_529_6e-4, z, 8.332_161e-3), z, -1.666_665_5e-1) * z;
+    let s = fma_rn(sin_poly, r, r);
+    let cos_poly = fma_rn(fma_rn(2.443_315_7e-5, z, -1.388_731_6e-3), z, 4.166_664_6e-2);
+    let c = fma_rn(cos_poly * z, z, fma_rn(-0.5, z, 1.0));
+    match (j as i32) & 3 {
+        0 => (s, c),
+        1 => (c, -s),
+        2 => (-s, -c),
+        _ => (-c, s),
+    }
+}

@@ -1,0 +1,186 @@
+//! Self-test kernels: each exercises one device primitive on data the host can check with a plain
+//! loop (`mamba3_host::primitives`). They are entry points of the same PTX module as the real
+//! kernels, so the PTX gate assembles them too.
+//!
+//! # Safety (all entry points)
+//! Pointers are device pointers to buffers of at least the sizes stated per kernel; outputs do not
+//! alias inputs. Launch shapes are stated per kernel.
+
+use crate::arch::{cp_async, float, ldmatrix, mma, sreg};
+use crate::{frag, math, warp_scan};
+
+/// Packs two bf16 bit patterns into one register, `lo` in the low half (the lower element index).
+#[inline(always)]
+fn pack(lo: u16, hi: u16) -> u32 {
+    lo as u32 | ((hi as u32) << 16)
+}
+
+/// `d = a·b + c` with one `mma.m16n8k16` bf16 instruction.
+///
+/// One warp (grid 1, block 32). `a`: 16×16 bf16 bits, row-major; `b`: 16×8 bf16 bits indexed
+/// (k, n), row-major; `c`, `d`: 16×8 f32, row-major.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_mma_bf16_m16n8k16(
+    a: *const u16,
+    b: *const u16,
+    c: *const f32,
+    d: *mut f32,
+) {
+    let lane = sreg::lane_id();
+    // SAFETY (whole body): sizes per the kernel contract; lane maps stay inside the tiles.
+    unsafe {
+        let a_at = |i| {
+            let (r, k) = frag::a_m16k16(lane, i);
+            *a.add((r * 16 + k) as usize)
+        };
+        let b_at = |i| {
+            let (k, n) = frag::b_k16n8(lane, i);
+            *b.add((k * 8 + n) as usize)
+        };
+        let a_regs = [pack(a_at(0), a_at(1)), pack(a_at(2), a_at(3)), pack(a_at(4), a_at(5)), pack(a_at(6), a_at(7))];
+        let b_regs = [pack(b_at(0), b_at(1)), pack(b_at(2), b_at(3))];
+        let mut acc = [0.0f32; 4];
+        for (i, slot) in acc.iter_mut().enumerate() {
+            let (r, n) = frag::acc_m16n8(lane, i as u32);
+            *slot = *c.add((r * 8 + n) as usize);
+        }
+        mma::mma_m16n8k16_bf16_f32(&mut acc, a_regs, b_regs);
+        for (i, value) in acc.iter().enumerate() {
+            let (r, n) = frag::acc_m16n8(lane, i as u32);
+            *d.add((r * 8 + n) as usize) = *value;
+        }
+    }
+}
+
+/// `d = tf32(a)·tf32(b) + c` with one `mma.m16n8k8` tf32 instruction.
+///
+/// One warp. `a`: 16×8 f32 row-major; `b`: 8×8 f32 indexed (k, n) row-major; `c`, `d`: 16×8 f32.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_mma_tf32_m16n8k8(
+    a: *const f32,
+    b: *const f32,
+    c: *const f32,
+    d: *mut f32,
+) {
+    let lane = sreg::lane_id();
+    // SAFETY (whole body): sizes per the kernel contract; lane maps stay inside the tiles.
+    unsafe {
+        let a_at = |i| {
+            let (r, k) = frag::a_m16k8_tf32(lane, i);
+            float::to_tf32(*a.add((r * 8 + k) as usize))
+        };
+        let b_at = |i| {
+            let (k, n) = frag::b_k8n8_tf32(lane, i);
+            float::to_tf32(*b.add((k * 8 + n) as usize))
+        };
+        let mut acc = [0.0f32; 4];
+        for (i, slot) in acc.iter_mut().enumerate() {
+            let (r, n) = frag::acc_m16n8(lane, i as u32);
+            *slot = *c.add((r * 8 + n) as usize);
+        }
+        mma::mma_m16n8k8_tf32_f32(&mut acc, [a_at(0), a_at(1), a_at(2), a_at(3)], [b_at(0), b_at(1)]);
+        for (i, value) in acc.iter().enumerate() {
+            let (r, n) = frag::acc_m16n8(lane, i as u32);
+            *d.add((r * 8 + n) as usize) = *value;
+        }
+    }
+}
+
+/// Stages four 8×8 b16 matrices in shared memory and reads them back with `ldmatrix .x4`
+/// (`trans != 0`: `.x4.trans`).
+///
+/// One warp, 512 bytes of dynamic shared memory. `src`: 4×8×8 u16, matrix-major, row-major within;
+/// `out`: 32 lanes × 4 registers, lane-major.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_ldmatrix_x4(src: *const u16, out: *mut u32, trans: u32) {
+    let lane = sreg::lane_id();
+    let base = sreg::smem_base();
+    // SAFETY (whole body): 256 elements staged into 512 bytes of shared memory; row addresses are
+    // 16-byte aligned (rows of 8 u16 from an aligned base).
+    unsafe {
+        let mut i = lane;
+        while i < 256 {
+            sreg::st_shared_u16(base + 2 * i, *src.add(i as usize));
+            i += 32;
+        }
+        sreg::sync_threads();
+        let row_addr = base + 2 * ((lane / 8) * 64 + (lane % 8) * 8);
+        let regs = if trans != 0 {
+            ldmatrix::ldmatrix_x4_trans(row_addr)
+        } else {
+            ldmatrix::ldmatrix_x4(row_addr)
+        };
+        for (j, value) in regs.iter().enumerate() {
+            *out.add((lane * 4) as usize + j) = *value;
+        }
+    }
+}
+
+/// Copies `chunks` 16-byte chunks `src → shared → dst` through `cp.async.cg` + `wait_group 0`.
+///
+/// One block of any width, `16·chunks` bytes of dynamic shared memory; `src` and `dst` 16-byte
+/// aligned.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_cp_async(src: *const u8, dst: *mut u32, chunks: u32) {
+    let base = sreg::smem_base();
+    let tid = sreg::thread_x();
+    let step = sreg::block_dim_x();
+    // SAFETY (whole body): chunk indices are below `chunks`, inside both buffers and the smem.
+    unsafe {
+        let mut i = tid;
+        while i < chunks {
+            cp_async::cp_async_cg_16(base + 16 * i, src.add(16 * i as usize));
+            i += step;
+        }
+        cp_async::commit_group();
+        cp_async::wait_group::<0>();
+        sreg::sync_threads();
+        // Read back words written by other threads' copies: the barrier above made them visible.
+        let mut w = tid;
+        while w < 4 * chunks {
+            *dst.add(w as usize) = sreg::ld_shared_u32(base + 4 * w);
+            w += step;
+        }
+    }
+}
+
+/// Inclusive affine scan of `(a, b)` pairs within each warp: element `i` belongs to the segment of
+/// 32 starting at `32·(i/32)`.
+///
+/// Any grid of whole warps covering `n`; lanes past `n` scan the identity `(1, 0)`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_warp_scan(
+    a: *const f32,
+    b: *const f32,
+    out_a: *mut f32,
+    out_b: *mut f32,
+    n: u32,
+) {
+    let i = sreg::block_x() * sreg::block_dim_x() + sreg::thread_x();
+    let valid = i < n;
+    // SAFETY (whole body): loads and stores only for `i < n`.
+    unsafe {
+        let (x, y) = if valid { (*a.add(i as usize), *b.add(i as usize)) } else { (1.0, 0.0) };
+        let (sa, sb) = warp_scan::inclusive_affine(x, y);
+        if valid {
+            *out_a.add(i as usize) = sa;
+            *out_b.add(i as usize) = sb;
+        }
+    }
+}
+
+/// `s[i], c[i] = sin(x[i]), cos(x[i])` through [`math::sincos`].
+///
+/// Any 1-D grid covering `n`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_sincos(x: *const f32, s: *mut f32, c: *mut f32, n: u32) {
+    let i = sreg::block_x() * sreg::block_dim_x() + sreg::thread_x();
+    if i < n {
+        // SAFETY: `i < n`.
+        unsafe {
+            let (sin, cos) = math::sincos(*x.add(i as usize));
+            *s.add(i as usize) = sin;
+            *c.add(i as usize) = cos;
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! Mamba-3 MIMO and Mamba-1 selective-scan GPU kernels written in Rust.
+//!
+//! This facade re-exports [`mamba3_host`], the library that builds, loads and launches the kernels
+//! and holds the CPU golden model. See the README for requirements and the supported GPUs.
+
+pub use mamba3_host::*;
