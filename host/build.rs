@@ -9,21 +9,30 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
-const RUSTFLAGS: [&str; 3] = ["-Ctarget-cpu=sm_80", "-Clinker-flavor=llbc", "-Zunstable-options"];
+const RUSTFLAGS: [&str; 3] = [
+    "-Ctarget-cpu=sm_80",
+    "-Clinker-flavor=llbc",
+    "-Zunstable-options",
+];
 
 fn main() {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let kernels = manifest.join("../kernels");
     println!("cargo:rerun-if-env-changed=MAMBA3_PTX_FILE");
     println!("cargo:rerun-if-changed={}", kernels.join("src").display());
-    println!("cargo:rerun-if-changed={}", kernels.join("Cargo.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        kernels.join("Cargo.toml").display()
+    );
 
     let ptx = match env::var_os("MAMBA3_PTX_FILE") {
         Some(file) => PathBuf::from(file),
         None => build_kernels(&kernels, &nested_target_dir(&out_dir)),
     };
-    let text = std::fs::read_to_string(&ptx).unwrap_or_else(|e| panic!("reading {}: {e}", ptx.display()));
+    let text =
+        std::fs::read_to_string(&ptx).unwrap_or_else(|e| panic!("reading {}: {e}", ptx.display()));
     std::fs::write(out_dir.join("mamba3_kernels.ptx"), text).expect("writing the embedded PTX");
 }
 
@@ -35,14 +44,24 @@ fn nested_target_dir(out_dir: &Path) -> PathBuf {
         .find(|p| p.file_name().is_some_and(|n| n == "build"))
         .expect("OUT_DIR lies under <target>/<profile>/build");
     let profile_dir = build.parent().expect("build/ has a parent");
-    profile_dir.parent().unwrap_or(profile_dir).join("nvptx-kernels")
+    profile_dir
+        .parent()
+        .unwrap_or(profile_dir)
+        .join("nvptx-kernels")
 }
 
 fn build_kernels(kernels: &Path, target_dir: &Path) -> PathBuf {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(kernels)
-        .args(["build", "--release", "-Zbuild-std=core", "--target", TARGET, "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "-Zbuild-std=core",
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
         .arg(target_dir)
         .arg("--manifest-path")
         .arg(kernels.join("Cargo.toml"));
@@ -63,13 +82,19 @@ fn build_kernels(kernels: &Path, target_dir: &Path) -> PathBuf {
     ] {
         cmd.env_remove(var);
     }
-    cmd.env("RUSTC_BOOTSTRAP", "1").env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\x1f"));
-    let output = cmd.output().expect("running the nested cargo build of kernels/");
+    cmd.env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\x1f"));
+    let output = cmd
+        .output()
+        .expect("running the nested cargo build of kernels/");
     if !output.status.success() {
         panic!(
             "building kernels/ for {TARGET} failed:\n{}",
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    target_dir.join(TARGET).join("release").join("mamba3_kernels.ptx")
+    target_dir
+        .join(TARGET)
+        .join("release")
+        .join("mamba3_kernels.ptx")
 }

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 
 use crate::error::{Error, Result};
@@ -59,11 +61,15 @@ impl Gpu {
         if !Self::driver_present() {
             return Err(Error::NoDriver);
         }
-        let mut open = OPEN.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = OPEN
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(gpu) = open.get(&ordinal) {
             return Ok(gpu.clone());
         }
-        let count = CudaContext::device_count().map_err(Error::driver("counting devices"))? as usize;
+        let count =
+            CudaContext::device_count().map_err(Error::driver("counting devices"))? as usize;
         if count == 0 {
             return Err(Error::NoDevice);
         }
@@ -71,15 +77,26 @@ impl Gpu {
             return Err(Error::BadOrdinal { ordinal, count });
         }
         let ctx = CudaContext::new(ordinal).map_err(Error::driver("creating the context"))?;
-        let (major, minor) = ctx.compute_capability().map_err(Error::driver("reading the compute capability"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(Error::driver("reading the compute capability"))?;
         if major < 8 {
             return Err(Error::ComputeCapability { major, minor });
         }
-        let attr = |a| ctx.attribute(a).map_err(Error::driver("reading a device attribute"));
+        let attr = |a| {
+            ctx.attribute(a)
+                .map_err(Error::driver("reading a device attribute"))
+        };
         let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
-        let smem_optin = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
-        let name = ctx.name().map_err(Error::driver("reading the device name"))?;
-        let module = ctx.load_module(Ptx::from_src(crate::PTX)).map_err(Error::driver("loading the PTX module"))?;
+        let smem_optin =
+            attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                as usize;
+        let name = ctx
+            .name()
+            .map_err(Error::driver("reading the device name"))?;
+        let module = ctx
+            .load_module(Ptx::from_src(crate::PTX))
+            .map_err(Error::driver("loading the PTX module"))?;
         let gpu = Arc::new(Gpu {
             ctx,
             module,
@@ -129,15 +146,27 @@ impl Gpu {
         if let Some(f) = slot.get() {
             return Ok(f);
         }
-        let f = self.module.load_function(kernel.symbol()).map_err(Error::driver("looking up a kernel"))?;
+        let f = self
+            .module
+            .load_function(kernel.symbol())
+            .map_err(Error::driver("looking up a kernel"))?;
         Ok(slot.get_or_init(|| f))
     }
 
     /// Starts a launch of `kernel` on `stream`; push the arguments in the kernel's order, then
     /// [`Launch::run`]. Neither allocates device memory nor synchronizes.
-    pub(crate) fn launch<'a>(&'a self, stream: &'a CudaStream, kernel: Kernel) -> Result<Launch<'a>> {
+    pub(crate) fn launch<'a>(
+        &'a self,
+        stream: &'a CudaStream,
+        kernel: Kernel,
+    ) -> Result<Launch<'a>> {
         let function = self.function(kernel)?;
-        Ok(Launch { gpu: self, kernel, function, args: stream.launch_builder(function) })
+        Ok(Launch {
+            gpu: self,
+            kernel,
+            function,
+            args: stream.launch_builder(function),
+        })
     }
 }
 
@@ -168,7 +197,11 @@ impl<'a> Launch<'a> {
     pub(crate) unsafe fn run(mut self, cfg: LaunchConfig) -> Result<()> {
         let needed = cfg.shared_mem_bytes as usize;
         if needed > self.gpu.smem_optin {
-            return Err(Error::SharedMemory { kernel: self.kernel.symbol(), needed, max: self.gpu.smem_optin });
+            return Err(Error::SharedMemory {
+                kernel: self.kernel.symbol(),
+                needed,
+                max: self.gpu.smem_optin,
+            });
         }
         let granted = &self.gpu.smem_granted[self.kernel.index()];
         if needed as u32 > granted.load(Ordering::Acquire) {

@@ -67,7 +67,11 @@ pub enum Error {
 impl Error {
     /// Builds [`Error::InvalidArgument`].
     pub fn invalid(arg: &'static str, value: impl ToString, rule: impl ToString) -> Self {
-        Error::InvalidArgument { arg, value: value.to_string(), rule: rule.to_string() }
+        Error::InvalidArgument {
+            arg,
+            value: value.to_string(),
+            rule: rule.to_string(),
+        }
     }
 
     /// Wraps a driver error with what was being done (for `map_err`).

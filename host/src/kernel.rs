@@ -44,7 +44,10 @@ impl Kernel {
 
     /// Position in [`Kernel::ALL`] (index of its cached function handle).
     pub(crate) fn index(self) -> usize {
-        Kernel::ALL.iter().position(|k| *k == self).expect("every kernel is in ALL")
+        Kernel::ALL
+            .iter()
+            .position(|k| *k == self)
+            .expect("every kernel is in ALL")
     }
 }
 
@@ -66,14 +69,23 @@ mod tests {
         in_ptx.sort_unstable();
         let mut in_table: Vec<_> = Kernel::ALL.iter().map(|k| k.symbol()).collect();
         in_table.sort_unstable();
-        assert_eq!(in_ptx, in_table, "Kernel::ALL and the PTX's .entry set differ");
+        assert_eq!(
+            in_ptx, in_table,
+            "Kernel::ALL and the PTX's .entry set differ"
+        );
     }
 
     #[test]
     fn ptx_targets_sm80() {
-        assert!(crate::PTX.contains(".target sm_80"), "PTX not built for sm_80");
+        assert!(
+            crate::PTX.contains(".target sm_80"),
+            "PTX not built for sm_80"
+        );
         assert!(crate::PTX.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
         assert!(crate::PTX.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
-        assert!(!crate::PTX.contains(".local"), "PTX uses local memory (stack)");
+        assert!(
+            !crate::PTX.contains(".local"),
+            "PTX uses local memory (stack)"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //! synchronizes and copies the result back: they exist to check the primitives against plain host
 //! loops, so unlike the operators they allocate and synchronize by contract.
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig};
+use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, LaunchConfig};
 use half::bf16;
 
 use crate::device::Gpu;
@@ -15,28 +15,49 @@ fn check_len(arg: &'static str, len: usize, expected: usize) -> Result<()> {
     if len == expected {
         Ok(())
     } else {
-        Err(Error::invalid(arg, format!("{len} elements"), format!("must hold exactly {expected} elements")))
+        Err(Error::invalid(
+            arg,
+            format!("{len} elements"),
+            format!("must hold exactly {expected} elements"),
+        ))
     }
 }
 
 fn upload<T: DeviceRepr>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>> {
-    gpu.default_stream().clone_htod(host).map_err(Error::driver("copying to the device"))
+    gpu.default_stream()
+        .clone_htod(host)
+        .map_err(Error::driver("copying to the device"))
 }
 
 fn download<T: DeviceRepr + Default + Clone>(gpu: &Gpu, dev: &CudaSlice<T>) -> Result<Vec<T>> {
-    gpu.default_stream().clone_dtoh(dev).map_err(Error::driver("copying to the host"))
+    gpu.default_stream()
+        .clone_dtoh(dev)
+        .map_err(Error::driver("copying to the host"))
 }
 
-fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(gpu: &Gpu, len: usize) -> Result<CudaSlice<T>> {
-    gpu.default_stream().alloc_zeros(len).map_err(Error::driver("allocating"))
+fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    gpu: &Gpu,
+    len: usize,
+) -> Result<CudaSlice<T>> {
+    gpu.default_stream()
+        .alloc_zeros(len)
+        .map_err(Error::driver("allocating"))
 }
 
 fn one_warp(shared_mem_bytes: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes }
+    LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes,
+    }
 }
 
 fn covering(n: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: (n.div_ceil(256).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (n.div_ceil(256).max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 fn check_count(arg: &'static str, n: usize) -> Result<u32> {
@@ -50,7 +71,11 @@ pub fn mma_bf16_m16n8k16(gpu: &Gpu, a: &[bf16], b: &[bf16], c: &[f32]) -> Result
     check_len("b", b.len(), 128)?;
     check_len("c", c.len(), 128)?;
     let bits = |x: &[bf16]| x.iter().map(|v| v.to_bits()).collect::<Vec<u16>>();
-    let (da, db, dc) = (upload(gpu, &bits(a))?, upload(gpu, &bits(b))?, upload(gpu, c)?);
+    let (da, db, dc) = (
+        upload(gpu, &bits(a))?,
+        upload(gpu, &bits(b))?,
+        upload(gpu, c)?,
+    );
     let mut dd = zeros::<f32>(gpu, 128)?;
     let stream = gpu.default_stream();
     let mut launch = gpu.launch(&stream, Kernel::PrimMmaBf16M16n8k16)?;
@@ -94,8 +119,12 @@ pub fn ldmatrix_x4(gpu: &Gpu, src: &[u16], transpose: bool) -> Result<Vec<u32>> 
 /// Copies `src` (a whole number of 16-byte chunks) global → shared → global with `cp.async` in one
 /// block of `threads` threads, and returns what came back as little-endian words.
 pub fn cp_async_roundtrip(gpu: &Gpu, src: &[u8], threads: u32) -> Result<Vec<u32>> {
-    if src.is_empty() || src.len() % 16 != 0 {
-        return Err(Error::invalid("src", format!("{} bytes", src.len()), "must be a positive multiple of 16 bytes"));
+    if src.is_empty() || !src.len().is_multiple_of(16) {
+        return Err(Error::invalid(
+            "src",
+            format!("{} bytes", src.len()),
+            "must be a positive multiple of 16 bytes",
+        ));
     }
     if !(1..=1024).contains(&threads) {
         return Err(Error::invalid("threads", threads, "must be in 1..=1024"));
@@ -106,42 +135,74 @@ pub fn cp_async_roundtrip(gpu: &Gpu, src: &[u8], threads: u32) -> Result<Vec<u32
     let stream = gpu.default_stream();
     let mut launch = gpu.launch(&stream, Kernel::PrimCpAsync)?;
     launch.arg(&dsrc).arg(&mut dout).arg(&chunks);
-    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: src.len() as u32 };
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: src.len() as u32,
+    };
     // SAFETY: argument order and sizes match the kernel's contract (16·chunks bytes of smem).
     unsafe { launch.run(cfg)? };
     download(gpu, &dout)
+}
+
+/// Enqueues the warp-segmented affine scan of `(a, b)` into `(out_a, out_b)` on `stream` without
+/// allocating or synchronizing (benchmarks time this).
+pub fn launch_warp_scan_affine(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    a: &CudaSlice<f32>,
+    b: &CudaSlice<f32>,
+    out_a: &mut CudaSlice<f32>,
+    out_b: &mut CudaSlice<f32>,
+) -> Result<()> {
+    check_len("b", b.len(), a.len())?;
+    check_len("out_a", out_a.len(), a.len())?;
+    check_len("out_b", out_b.len(), a.len())?;
+    let n = check_count("a", a.len())?;
+    let mut launch = gpu.launch(stream, Kernel::PrimWarpScan)?;
+    launch.arg(a).arg(b).arg(out_a).arg(out_b).arg(&n);
+    // SAFETY: argument order and sizes match the kernel's contract.
+    unsafe { launch.run(covering(a.len())) }
 }
 
 /// Warp-segmented inclusive scan of affine maps `(a[i], b[i])`: each run of 32 elements starting at
 /// a multiple of 32 is scanned on its own. Returns the scanned `(a, b)`.
 pub fn warp_scan_affine(gpu: &Gpu, a: &[f32], b: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
     check_len("b", b.len(), a.len())?;
-    let n = check_count("a", a.len())?;
+    if a.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
     let (da, db) = (upload(gpu, a)?, upload(gpu, b)?);
-    let (mut oa, mut ob) = (zeros::<f32>(gpu, a.len().max(1))?, zeros::<f32>(gpu, a.len().max(1))?);
-    let stream = gpu.default_stream();
-    let mut launch = gpu.launch(&stream, Kernel::PrimWarpScan)?;
-    launch.arg(&da).arg(&db).arg(&mut oa).arg(&mut ob).arg(&n);
+    let (mut oa, mut ob) = (zeros::<f32>(gpu, a.len())?, zeros::<f32>(gpu, a.len())?);
+    launch_warp_scan_affine(gpu, &gpu.default_stream(), &da, &db, &mut oa, &mut ob)?;
+    Ok((download(gpu, &oa)?, download(gpu, &ob)?))
+}
+
+/// Enqueues `sin`/`cos` of every element of `x` into `sin`/`cos` on `stream` without allocating or
+/// synchronizing (benchmarks time this).
+pub fn launch_sincos(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    x: &CudaSlice<f32>,
+    sin: &mut CudaSlice<f32>,
+    cos: &mut CudaSlice<f32>,
+) -> Result<()> {
+    check_len("sin", sin.len(), x.len())?;
+    check_len("cos", cos.len(), x.len())?;
+    let n = check_count("x", x.len())?;
+    let mut launch = gpu.launch(stream, Kernel::PrimSincos)?;
+    launch.arg(x).arg(sin).arg(cos).arg(&n);
     // SAFETY: argument order and sizes match the kernel's contract.
-    unsafe { launch.run(covering(a.len()))? };
-    let (mut ra, mut rb) = (download(gpu, &oa)?, download(gpu, &ob)?);
-    ra.truncate(a.len());
-    rb.truncate(a.len());
-    Ok((ra, rb))
+    unsafe { launch.run(covering(x.len())) }
 }
 
 /// `(sin x, cos x)` for every element through the device's range-reduced `sincos`.
 pub fn sincos(gpu: &Gpu, x: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
-    let n = check_count("x", x.len())?;
+    if x.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
     let dx = upload(gpu, x)?;
-    let (mut ds, mut dc) = (zeros::<f32>(gpu, x.len().max(1))?, zeros::<f32>(gpu, x.len().max(1))?);
-    let stream = gpu.default_stream();
-    let mut launch = gpu.launch(&stream, Kernel::PrimSincos)?;
-    launch.arg(&dx).arg(&mut ds).arg(&mut dc).arg(&n);
-    // SAFETY: argument order and sizes match the kernel's contract.
-    unsafe { launch.run(covering(x.len()))? };
-    let (mut s, mut c) = (download(gpu, &ds)?, download(gpu, &dc)?);
-    s.truncate(x.len());
-    c.truncate(x.len());
-    Ok((s, c))
+    let (mut ds, mut dc) = (zeros::<f32>(gpu, x.len())?, zeros::<f32>(gpu, x.len())?);
+    launch_sincos(gpu, &gpu.default_stream(), &dx, &mut ds, &mut dc)?;
+    Ok((download(gpu, &ds)?, download(gpu, &dc)?))
 }

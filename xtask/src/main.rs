@@ -1,1 +1,199 @@
-fn main() {}
+//! Project tasks: `cargo xtask stage` (one folder holding the GPU suite and the benchmarks) and
+//! `cargo xtask bench` (the benchmarks on this machine's GPU).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+tasks:
+  stage [DIR]        build the GPU suite (tests/gpu_*.rs, tests/device_errors.rs) and the benchmark
+                     binary in release mode and copy them, with run.sh, into DIR (default: stage/).
+                     On a GPU machine given only that folder: bash DIR/run.sh [--bench [FILTER]]
+  bench [FILTER...]  run the benchmarks (benches/kernels.rs) on this machine's GPU; without a GPU
+                     it says so in one line and exits 0";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("stage") => stage(
+            args.get(1)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace_root().join("stage")),
+        ),
+        Some("bench") => bench(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask/ lies in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+fn bench(filters: &[String]) -> Result<(), String> {
+    let status = cargo()
+        .args([
+            "bench", "--quiet", "-p", "mamba3", "--bench", "kernels", "--",
+        ])
+        .args(filters)
+        .status()
+        .map_err(|e| format!("running cargo bench: {e}"))?;
+    status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("benchmarks failed ({status})"))
+}
+
+/// Executables that `cargo <args> --no-run --message-format=json` builds, as (target name, path).
+fn built_executables(args: &[&str]) -> Result<Vec<(String, PathBuf)>, String> {
+    println!("building: cargo {}", args.join(" "));
+    let out = cargo()
+        .args(args)
+        .args(["--no-run", "--message-format=json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo {} failed", args.join(" ")));
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        if let (Some(exe), Some(name)) =
+            (msg["executable"].as_str(), msg["target"]["name"].as_str())
+        {
+            found.push((name.to_string(), PathBuf::from(exe)));
+        }
+    }
+    Ok(found)
+}
+
+fn copy_into(dir: &Path, name: &str, from: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    std::fs::copy(from, dir.join(name)).map_err(|e| format!("copying {}: {e}", from.display()))?;
+    Ok(())
+}
+
+fn stage(dir: PathBuf) -> Result<(), String> {
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("clearing {}: {e}", dir.display()))?;
+    }
+    let tests = built_executables(&["test", "--release", "-p", "mamba3", "--tests"])?;
+    let gpu_tests: Vec<_> = tests
+        .iter()
+        .filter(|(name, _)| name.starts_with("gpu_") || name == "device_errors")
+        .collect();
+    if gpu_tests.is_empty() {
+        return Err("no GPU test binaries were built".into());
+    }
+    for (name, exe) in &gpu_tests {
+        copy_into(&dir.join("tests"), name, exe)?;
+    }
+    let benches = built_executables(&["bench", "-p", "mamba3", "--bench", "kernels"])?;
+    let (_, bench_exe) = benches
+        .first()
+        .ok_or("the benchmark binary was not built")?;
+    copy_into(&dir.join("bench"), "kernels", bench_exe)?;
+    std::fs::write(dir.join("run.sh"), RUN_SH).map_err(|e| format!("writing run.sh: {e}"))?;
+    let size: u64 = walk_size(&dir);
+    println!(
+        "staged {} test binaries and the benchmark into {} ({:.1} MiB)\nrun on a GPU machine: bash {}/run.sh [--bench [FILTER]]",
+        gpu_tests.len(),
+        dir.display(),
+        size as f64 / (1 << 20) as f64,
+        dir.display()
+    );
+    Ok(())
+}
+
+fn walk_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                walk_size(&p)
+            } else {
+                e.metadata().map(|m| m.len()).unwrap_or(0)
+            }
+        })
+        .sum()
+}
+
+/// The staged suite's driver: runs every test binary with the GPU required, prints each binary's
+/// result and one summary line, then the benchmarks if asked. Logs go to $OUT when set.
+const RUN_SH: &str = r#"#!/usr/bin/env bash
+# Staged mamba3-rs GPU suite. Usage: bash run.sh [--sanitize] [--bench [FILTER...]]
+#   --sanitize  also run every test binary under compute-sanitizer memcheck and racecheck
+#   --bench     run the benchmarks after the tests (FILTER picks benchmarks by name)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+logdir=${OUT:-$here/logs}
+mkdir -p "$logdir"
+export MAMBA3_REQUIRE_GPU=1
+sanitize=0 bench=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=1; shift ;;
+    --bench) bench=1; shift; break ;;
+    *) echo "unknown option $1"; exit 2 ;;
+  esac
+done
+passed=0 failed=0 broken=""
+run_one() { # label, command...
+  local label=$1; shift
+  local log="$logdir/$label.log"
+  "$@" >"$log" 2>&1
+  local rc=$?
+  grep -E '^(test |SKIPPED|.*worst|.*error|GPU )' "$log" | grep -v '^test result' | sed "s/^/[$label] /"
+  local line; line=$(grep -E '^test result:' "$log" | tail -n 1)
+  local p f
+  p=$(echo "$line" | sed -nE 's/.* ([0-9]+) passed.*/\1/p'); f=$(echo "$line" | sed -nE 's/.* ([0-9]+) failed.*/\1/p')
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+  if [ $rc -ne 0 ] && [ "${f:-0}" = 0 ]; then failed=$((failed + 1)); broken="$broken $label(rc=$rc)"; fi
+  if [ $rc -ne 0 ]; then echo "[$label] exit code $rc; log tail:"; tail -n 30 "$log"; fi
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+for t in "$here"/tests/*; do
+  name=$(basename "$t")
+  run_one "$name" "$t" --test-threads=1 --nocapture
+  if [ $sanitize = 1 ]; then
+    for tool in memcheck racecheck; do
+      run_one "$name-$tool" compute-sanitizer --tool $tool --error-exitcode 99 "$t" --test-threads=1 --nocapture
+    done
+  fi
+done
+echo "GPU suite: $passed passed, $failed failed${broken:+ (broken:$broken)}"
+if [ $bench = 1 ]; then
+  "$here/bench/kernels" "$@" 2>&1 | tee "$logdir/bench.log"
+fi
+[ $failed = 0 ]
+"#;
