@@ -158,9 +158,13 @@ pub unsafe extern "ptx-kernel" fn prim_warp_scan(
 ) {
     let i = sreg::block_x() * sreg::block_dim_x() + sreg::thread_x();
     let valid = i < n;
-    // SAFETY (whole body): loads and stores only for `i < n`.
+    // Branch-free prologue: with an `if valid { load } else { identity }` LLVM may duplicate the
+    // whole scan into both arms, and the warp's shuffles would then run on divergent paths.
+    let at = i.min(n.saturating_sub(1)) as usize;
+    // SAFETY: `at < n` whenever `n > 0`; with `n == 0` nothing is read or written.
     unsafe {
-        let (x, y) = if valid { (*a.add(i as usize), *b.add(i as usize)) } else { (1.0, 0.0) };
+        let (x, y) = if n > 0 { (*a.add(at), *b.add(at)) } else { (1.0, 0.0) };
+        let (x, y) = (if valid { x } else { 1.0 }, if valid { y } else { 0.0 });
         let (sa, sb) = warp_scan::inclusive_affine(x, y);
         if valid {
             *out_a.add(i as usize) = sa;

@@ -1,7 +1,8 @@
 //! Warp-level matrix multiply-accumulate, `mma.sync.aligned` (PTX ISA §9.7.13.3).
 //!
 //! Fragment layouts (which lane holds which element) live in [`crate::frag`]; these wrappers only
-//! issue the instruction. Operands are grouped D / A / B / C as in the ISA.
+//! issue the instruction. Operands are grouped D / A / B / C as in the ISA. The `asm!` blocks are not
+//! `pure`: a warp-collective instruction must not be moved into a divergent branch.
 
 use core::arch::asm;
 
@@ -23,7 +24,7 @@ pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
             d2 = inout(reg32) acc[2], d3 = inout(reg32) acc[3],
             a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
             b0 = in(reg32) b[0], b1 = in(reg32) b[1],
-            options(pure, nomem, nostack)
+            options(nomem, nostack)
         )
     };
 }
@@ -46,7 +47,7 @@ pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
             d2 = inout(reg32) acc[2], d3 = inout(reg32) acc[3],
             a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
             b0 = in(reg32) b[0], b1 = in(reg32) b[1],
-            options(pure, nomem, nostack)
+            options(nomem, nostack)
         )
     };
 }

@@ -65,12 +65,14 @@ pub fn trap() -> ! {
 #[inline(always)]
 pub fn shfl_up_f32(value: f32, delta: u32) -> f32 {
     let out: f32;
+    // Not `pure`: a pure asm may be sunk into the branch that uses its result, and a `shfl.sync`
+    // executed by part of the warp with a full member mask is undefined.
     // SAFETY: register-only instruction; called by all 32 lanes (member mask 0xffffffff).
     unsafe {
         asm!(
             "shfl.sync.up.b32 {d}, {a}, {b}, 0, 0xffffffff;",
             d = out(reg32) out, a = in(reg32) value, b = in(reg32) delta,
-            options(nomem, nostack, pure)
+            options(nomem, nostack)
         )
     };
     out
