@@ -5,7 +5,7 @@ mod common;
 use half::bf16;
 use mamba3::primitives;
 
-use common::Rng;
+use mamba3::golden::SplitMix64 as Rng;
 
 /// Host model of `cvt.rna.tf32.f32`: keep 10 mantissa bits, round half away from zero.
 fn to_tf32(x: f32) -> f32 {

@@ -34,3 +34,51 @@ pub fn sincos(x: f32) -> (f32, f32) {
         _ => (-c, s),
     }
 }
+
+/// `e^x` through `ex2.approx` (relative error about 2^-22 plus the rounding of `x·log2 e`).
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    crate::arch::float::exp2_approx(x * core::f32::consts::LOG2_E)
+}
+
+/// Logistic sigmoid `1 / (1 + e^-x)`.
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `x·σ(x)`.
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// `tanh x` with an absolute error of a few 1e-8 (not `tanh.approx.f32`, whose 2^-11 relative
+/// error would show in cumulative angles): `1 − 2/(e^{2|x|} + 1)` with the sign restored.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let t = 1.0 - 2.0 / (exp(2.0 * x.abs()) + 1.0);
+    if x < 0.0 {
+        -t
+    } else {
+        t
+    }
+}
+
+/// `1/sqrt(x)`, correctly rounded square root then IEEE division.
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    1.0 / crate::arch::float::sqrt_rn(x)
+}
+
+/// `x` reduced into [0, 2π).
+#[inline(always)]
+pub fn wrap_two_pi(x: f32) -> f32 {
+    const TWO_PI: f32 = core::f32::consts::TAU;
+    let r = x - TWO_PI * crate::arch::float::floor(x * (1.0 / TWO_PI));
+    if r >= TWO_PI {
+        r - TWO_PI
+    } else {
+        r
+    }
+}

@@ -1,9 +1,308 @@
-//! Helpers shared by the integration tests.
+//! Shared test helpers: fixture loading, error metrics, random-case strategies.
+
+// Each test binary uses only part of these helpers.
 #![allow(dead_code)]
 
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::f64::consts::TAU;
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use mamba3::golden::{
+    Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, RmsNormWeight, Rotation,
+};
 use mamba3::Gpu;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+
+/// Root of the shared fixtures.
+pub fn fixture_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures"))
+}
+
+/// `max|ours − reference| / max|reference|` (0 when both are all zero).
+pub fn rel_err(ours: &[f64], reference: &[f64]) -> f64 {
+    assert_eq!(ours.len(), reference.len(), "length mismatch");
+    let diff = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    let scale = reference.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    if diff == 0.0 {
+        0.0
+    } else if diff.is_nan() {
+        f64::INFINITY
+    } else {
+        diff / scale.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Like [`rel_err`] for angles: differences are taken modulo 2π (into [−π, π]) and scaled by the largest
+/// reference angle after reduction into [0, 2π).
+pub fn angle_rel_err(ours: &[f64], reference: &[f64]) -> f64 {
+    assert_eq!(ours.len(), reference.len(), "length mismatch");
+    let diff = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| {
+            let d = (a - b).rem_euclid(TAU);
+            d.min(TAU - d)
+        })
+        .fold(0.0, f64::max);
+    let scale = reference
+        .iter()
+        .map(|v| v.rem_euclid(TAU))
+        .fold(0.0, f64::max);
+    if diff == 0.0 {
+        0.0
+    } else if diff.is_nan() {
+        f64::INFINITY
+    } else {
+        diff / scale.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Tracks the worst error seen and which quantity produced it.
+#[derive(Default)]
+pub struct Worst {
+    pub value: Cell<f64>,
+    pub label: std::cell::RefCell<String>,
+}
+
+impl Worst {
+    pub fn record(&self, label: &str, err: f64) -> f64 {
+        if err > self.value.get() || err.is_nan() {
+            self.value.set(err);
+            *self.label.borrow_mut() = label.to_string();
+        }
+        err
+    }
+}
+
+/// All F64 tensors of one fixture file, by name: (shape, data).
+pub struct Fixture {
+    tensors: HashMap<String, (Vec<usize>, Vec<f64>)>,
+}
+
+impl Fixture {
+    pub fn load(folder: &str, file: &str) -> Self {
+        let path = fixture_dir().join(folder).join(file);
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path:?}: {e}"));
+        let st = SafeTensors::deserialize(&bytes).expect("parse safetensors");
+        let mut tensors = HashMap::new();
+        for name in st.names() {
+            let view = st.tensor(name).expect("tensor");
+            if view.dtype() != Dtype::F64 {
+                continue;
+            }
+            let data = view
+                .data()
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            tensors.insert(name.to_string(), (view.shape().to_vec(), data));
+        }
+        Self { tensors }
+    }
+
+    pub fn get(&self, name: &str) -> &[f64] {
+        &self
+            .tensors
+            .get(name)
+            .unwrap_or_else(|| panic!("missing tensor {name}"))
+            .1
+    }
+
+    pub fn opt(&self, name: &str) -> Option<Vec<f64>> {
+        self.tensors.get(name).map(|t| t.1.clone())
+    }
+}
+
+/// The `cases` array of a fixture folder's cases.json.
+pub fn load_cases(folder: &str) -> Vec<Value> {
+    let path = fixture_dir().join(folder).join("cases.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path:?}: {e}"));
+    let json: Value = serde_json::from_str(&text).expect("parse cases.json");
+    json["cases"].as_array().expect("cases array").clone()
+}
+
+pub fn field(case: &Value, name: &str) -> usize {
+    case[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("case field {name}")) as usize
+}
+
+/// Geometry of a Mamba-3 fixture case, with `seq_len` overridden.
+pub fn case_geometry(case: &Value, seq_len: usize) -> Mamba3Geometry {
+    Mamba3Geometry {
+        batch: field(case, "B"),
+        seq_len,
+        rank: field(case, "R"),
+        groups: field(case, "G"),
+        heads: field(case, "H"),
+        state_dim: field(case, "N"),
+        head_dim: field(case, "P"),
+        num_angles: field(case, "Na"),
+    }
+}
+
+/// Inputs of a fixture case; `prefix` is "" for the main sequence or "cont_" for the continuation tokens.
+pub fn case_inputs(case: &Value, fx: &Fixture, rotation: Rotation, prefix: &str) -> Mamba3Inputs {
+    let seq_len = if prefix.is_empty() {
+        field(case, "S")
+    } else {
+        field(case, "E_cont")
+    };
+    let tok = |name: &str| fx.get(&format!("{prefix}{name}")).to_vec();
+    let norm = fx.opt("norm_weight").map(|weight| RmsNormWeight {
+        weight,
+        eps: case["norm_eps"].as_f64().expect("norm_eps"),
+    });
+    Mamba3Inputs {
+        geometry: case_geometry(case, seq_len),
+        rotation,
+        q: tok("q"),
+        k: tok("k"),
+        v: tok("v"),
+        z: fx.opt(&format!("{prefix}z")),
+        trap: tok("trap"),
+        dt: tok("dt"),
+        adt: tok("adt"),
+        angle_logits: tok("angle_logits"),
+        q_bias: fx.get("q_bias").to_vec(),
+        k_bias: fx.get("k_bias").to_vec(),
+        mimo_v: fx.get("mimo_v").to_vec(),
+        mimo_z: fx.opt("mimo_z"),
+        mimo_o: fx.opt("mimo_o"),
+        d: fx.opt("D"),
+        norm,
+    }
+}
+
+/// (B,H,A,C) → (B,H,C,A) for `outer = B·H` blocks.
+pub fn transpose_last2(x: &[f64], outer: usize, a: usize, c: usize) -> Vec<f64> {
+    let mut out = vec![0.0; x.len()];
+    for o in 0..outer {
+        for i in 0..a {
+            for j in 0..c {
+                out[(o * c + j) * a + i] = x[(o * a + i) * c + j];
+            }
+        }
+    }
+    out
+}
+
+/// (B,X,Y,N) → (B,Y,X,N).
+pub fn swap_mid(x: &[f64], b: usize, xd: usize, yd: usize, n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; x.len()];
+    for bb in 0..b {
+        for i in 0..xd {
+            for j in 0..yd {
+                let src = ((bb * xd + i) * yd + j) * n;
+                let dst = ((bb * yd + j) * xd + i) * n;
+                out[dst..dst + n].copy_from_slice(&x[src..src + n]);
+            }
+        }
+    }
+    out
+}
+
+/// Tokens `start..start+count` of a time-major output with `seq_len` tokens of `per_token` values per batch.
+pub fn token_range(
+    out: &[f64],
+    batch: usize,
+    seq_len: usize,
+    per_token: usize,
+    start: usize,
+    count: usize,
+) -> Vec<f64> {
+    (0..batch)
+        .flat_map(|b| {
+            let base = (b * seq_len + start) * per_token;
+            out[base..base + count * per_token].iter().copied()
+        })
+        .collect()
+}
+
+pub const MODES: [OutputMode; 3] = [
+    OutputMode::Gated,
+    OutputMode::FusedNorm,
+    OutputMode::Prereduce,
+];
+pub const ROTATIONS: [Rotation; 2] = [Rotation::HalfSplit, Rotation::Pairwise];
+
+/// Fixed-seed proptest configuration without failure files, so runs are reproducible.
+pub fn proptest_config(cases: u32, seed: u64) -> Config {
+    Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
+
+/// One random case: geometry, options, chunk size and input seed.
+#[derive(Debug, Clone)]
+pub struct RandomCase {
+    pub geometry: Mamba3Geometry,
+    pub options: RandomOptions,
+    pub chunk: usize,
+    pub seed: u64,
+}
+
+/// Random cases with R ∈ 1..=8, N even in 2..=64, Na ∈ 1..=N/2, P ∈ 1..=32, C ∈ 1..=32, S ∈ 1..=`max_seq`,
+/// H ∈ 1..=4 with G | H, B ∈ 1..=2, both rotations, every output mode, with/without z and D.
+pub fn random_case(max_seq: usize) -> impl Strategy<Value = RandomCase> {
+    let sizes = (
+        1usize..=8,
+        1usize..=32,
+        0usize..1000,
+        1usize..=32,
+        1usize..=32,
+        1usize..=max_seq,
+        1usize..=4,
+        0usize..4,
+        1usize..=2,
+    );
+    let flags = (
+        0usize..2,
+        0usize..3,
+        any::<bool>(),
+        any::<bool>(),
+        any::<u64>(),
+    );
+    (sizes, flags).prop_map(
+        |((rank, half, na_pick, p, chunk, s, heads, g_pick, batch), (rot, mode, z, d, seed))| {
+            let divisors: Vec<usize> = (1..=heads).filter(|g| heads % g == 0).collect();
+            RandomCase {
+                geometry: Mamba3Geometry {
+                    batch,
+                    seq_len: s,
+                    rank,
+                    groups: divisors[g_pick % divisors.len()],
+                    heads,
+                    state_dim: 2 * half,
+                    head_dim: p,
+                    num_angles: 1 + na_pick % half,
+                },
+                options: RandomOptions {
+                    rotation: ROTATIONS[rot],
+                    mode: MODES[mode],
+                    has_z: z,
+                    has_d: d,
+                },
+                chunk,
+                seed,
+            }
+        },
+    )
+}
+
+// --- GPU helpers ---
 
 /// The GPU of ordinal 0, or `None` with a printed reason. With `MAMBA3_REQUIRE_GPU=1` (set by the
 /// staged GPU suite) a missing GPU is a failure instead of a skip.
@@ -29,35 +328,4 @@ macro_rules! gpu_or_skip {
             None => return,
         }
     };
-}
-
-/// Small deterministic generator (splitmix64) so tests need no RNG crate.
-pub struct Rng(u64);
-
-impl Rng {
-    /// Seeded generator.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u1 = self.uniform().max(1e-300);
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
 }

@@ -35,3 +35,39 @@ pub fn to_tf32(a: f32) -> u32 {
     unsafe { asm!("cvt.rna.tf32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
     d
 }
+
+/// `ex2.approx.ftz.f32` (PTX ISA §9.7.3.21): 2^a, maximum relative error about 2^-22.
+#[inline(always)]
+pub fn exp2_approx(a: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe { asm!("ex2.approx.ftz.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    d
+}
+
+/// `sqrt.rn.f32` (PTX ISA §9.7.3.17): correctly rounded square root.
+#[inline(always)]
+pub fn sqrt_rn(a: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe { asm!("sqrt.rn.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    d
+}
+
+/// `cvt.rmi.f32.f32` (PTX ISA §9.7.9.21): round toward −∞ to an integer.
+#[inline(always)]
+pub fn floor(a: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe { asm!("cvt.rmi.f32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    d
+}
+
+/// `cvt.rn.bf16.f32` (PTX ISA §9.7.9.21, sm_80): f32 → bf16 bits, round to nearest even.
+#[inline(always)]
+pub fn to_bf16(a: f32) -> u16 {
+    let d: u16;
+    // SAFETY: register-only conversion.
+    unsafe { asm!("cvt.rn.bf16.f32 {d}, {a};", d = out(reg16) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    d
+}

@@ -78,6 +78,66 @@ pub fn shfl_up_f32(value: f32, delta: u32) -> f32 {
     out
 }
 
+/// `shfl.sync.bfly.b32` over the full warp (PTX ISA §9.7.8.6): value of lane `lane ^ mask`.
+#[inline(always)]
+pub fn shfl_xor_f32(value: f32, mask: u32) -> f32 {
+    let out: f32;
+    // Not `pure`, for the reason given at `shfl_up_f32`.
+    // SAFETY: register-only instruction; called by all 32 lanes (member mask 0xffffffff).
+    unsafe {
+        asm!(
+            "shfl.sync.bfly.b32 {d}, {a}, {b}, 31, 0xffffffff;",
+            d = out(reg32) out, a = in(reg32) value, b = in(reg32) mask,
+            options(nomem, nostack)
+        )
+    };
+    out
+}
+
+/// `%ctaid.y`.
+#[inline(always)]
+pub fn block_y() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_idx_y() as u32 }
+}
+
+/// `st.shared.f32` at a shared-space address (PTX ISA §9.7.9.10).
+///
+/// # Safety
+/// `addr` must be 4-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_f32(addr: u32, value: f32) {
+    // SAFETY: the caller guarantees the address is in bounds.
+    unsafe { asm!("st.shared.f32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) value, options(nostack)) };
+}
+
+/// `ld.shared.f32` at a shared-space address (PTX ISA §9.7.9.8).
+///
+/// # Safety
+/// `addr` must be 4-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_f32(addr: u32) -> f32 {
+    let v: f32;
+    // SAFETY: the caller guarantees the address is in bounds.
+    unsafe { asm!("ld.shared.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack, readonly)) };
+    v
+}
+
+/// `ld.shared.v4.f32` at a shared-space address (PTX ISA §9.7.9.8).
+///
+/// # Safety
+/// `addr` must be 16-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v4_f32(addr: u32) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    // SAFETY: the caller guarantees the address is in bounds and aligned.
+    unsafe {
+        asm!("ld.shared.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a, b = out(reg32) b,
+             c = out(reg32) c, d = out(reg32) d, p = in(reg32) addr, options(nostack, readonly))
+    };
+    [a, b, c, d]
+}
+
 /// `st.shared.b16` at a shared-space address (PTX ISA §9.7.9.10).
 ///
 /// # Safety

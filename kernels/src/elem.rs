@@ -1,0 +1,50 @@
+//! Element types of activations in global memory: f32 or bf16 (stored as its bit pattern).
+//! Arithmetic is always f32; these convert at the load/store boundary.
+
+use crate::arch::float::to_bf16;
+
+/// A storage type of activations.
+pub trait Elem: Copy {
+    /// Loads element `i` of `base` as f32.
+    ///
+    /// # Safety
+    /// `base + i` must be a valid, readable element.
+    unsafe fn load(base: u64, i: usize) -> f32;
+    /// Stores `value` (rounded to nearest even) at element `i` of `base`.
+    ///
+    /// # Safety
+    /// `base + i` must be a valid, writable element.
+    unsafe fn store(base: u64, i: usize, value: f32);
+}
+
+/// bfloat16, as its 16-bit pattern.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Bf16(pub u16);
+
+impl Elem for f32 {
+    #[inline(always)]
+    unsafe fn load(base: u64, i: usize) -> f32 {
+        // SAFETY: forwarded to the caller.
+        unsafe { *(base as *const f32).add(i) }
+    }
+    #[inline(always)]
+    unsafe fn store(base: u64, i: usize, value: f32) {
+        // SAFETY: forwarded to the caller.
+        unsafe { *(base as *mut f32).add(i) = value }
+    }
+}
+
+impl Elem for Bf16 {
+    #[inline(always)]
+    unsafe fn load(base: u64, i: usize) -> f32 {
+        // SAFETY: forwarded to the caller.
+        let bits = unsafe { *(base as *const u16).add(i) };
+        f32::from_bits((bits as u32) << 16)
+    }
+    #[inline(always)]
+    unsafe fn store(base: u64, i: usize, value: f32) {
+        // SAFETY: forwarded to the caller.
+        unsafe { *(base as *mut u16).add(i) = to_bf16(value) }
+    }
+}
