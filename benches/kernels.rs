@@ -6,8 +6,11 @@
 
 use std::sync::Arc;
 
+use half::bf16;
 use mamba3::cuda::{CudaSlice, CudaStream};
-use mamba3::{primitives, Gpu};
+use mamba3::decode::{self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights};
+use mamba3::golden::SplitMix64;
+use mamba3::{primitives, Gpu, OutputMode, Rotation};
 
 /// Measured H200 HBM bandwidth, bytes per second.
 const HBM_BYTES_PER_S: f64 = 4.3e12;
@@ -80,7 +83,7 @@ fn bench_warp_scan(gpu: &Gpu, stream: &Arc<CudaStream>) {
         device_buffer(stream, n, 0.5),
     );
     let (mut oa, mut ob) = (device_buffer(stream, n, 0.0), device_buffer(stream, n, 0.0));
-    let ms = time_ms(gpu, stream, 3, 20, || {
+    let ms = time_ms(gpu, stream, 3, 20, &mut || {
         primitives::launch_warp_scan_affine(gpu, stream, &a, &b, &mut oa, &mut ob).unwrap()
     });
     report(
@@ -89,6 +92,157 @@ fn bench_warp_scan(gpu: &Gpu, stream: &Arc<CudaStream>) {
         16.0 * n as f64,
         "prim_warp_scan",
     );
+}
+
+/// Mean milliseconds per item of `batch_of_calls` (which enqueues `items` calls), median over
+/// `reps` timed batches after one warm-up batch.
+fn time_batch_ms(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    reps: usize,
+    items: usize,
+    mut batch_of_calls: impl FnMut(),
+) -> f64 {
+    time_ms(gpu, stream, 1, reps, &mut batch_of_calls) / items as f64
+}
+
+fn random_f32(rng: &mut SplitMix64, len: usize, lo: f64, hi: f64) -> Vec<f32> {
+    (0..len).map(|_| rng.uniform_range(lo, hi) as f32).collect()
+}
+
+/// Upstream's rotary step + CuTe step, graph-replayed on this H200 (bf16 inputs, f32 state),
+/// µs per token at batch 1, 8, 32, 64, 128, 256 (issue #4).
+const UPSTREAM_DECODE_US: [(usize, f64); 6] = [
+    (1, 6.7),
+    (8, 13.2),
+    (32, 50.7),
+    (64, 93.3),
+    (128, 178.6),
+    (256, 349.0),
+];
+
+/// Decode at H=64, P=64, N=128, R=4, G=1, Na=32, bf16 activations, f32 state, z, D and mimo_o:
+/// eager and graph-replayed, T ∈ {1, 8}, rotating through more than 100 MB of state copies so
+/// the 60 MB L2 cannot hold them.
+fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
+    let (h, p, n, r, na) = (64usize, 64usize, 128usize, 4usize, 32usize);
+    let mut rng = SplitMix64::new(7);
+    let up = |v: Vec<f32>| stream.clone_htod(&v).expect("uploading weights");
+    let q_bias = up(random_f32(&mut rng, h * r * n, -1.0, 1.0));
+    let k_bias = up(random_f32(&mut rng, h * r * n, -1.0, 1.0));
+    let mimo_v = up(random_f32(&mut rng, h * r * p, -0.5, 0.5));
+    let mimo_z = up(random_f32(&mut rng, h * r * p, -1.0, 1.0));
+    let mimo_o = up(random_f32(&mut rng, h * r * p, -0.5, 0.5));
+    let d = up(random_f32(&mut rng, h, -1.0, 1.0));
+    let weights = DecodeWeights {
+        q_bias: &q_bias,
+        k_bias: &k_bias,
+        mimo_v: &mimo_v,
+        mimo_z: Some(&mimo_z),
+        mimo_o: Some(&mimo_o),
+        d: Some(&d),
+        norm_weight: None,
+    };
+    println!(
+        "{:<26} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>8}",
+        "decode (bf16, H=64 P=64 N=128 R=4)",
+        "eager µs",
+        "graph µs",
+        "µs/token",
+        "MB/call",
+        "% HBM",
+        "upstream µs",
+        "speedup"
+    );
+    for (batch, upstream) in UPSTREAM_DECODE_US {
+        let config = DecodeConfig {
+            batch,
+            heads: h,
+            groups: 1,
+            rank: r,
+            state_dim: n,
+            head_dim: p,
+            num_angles: na,
+            rotation: Rotation::HalfSplit,
+            mode: OutputMode::Gated,
+            has_z: true,
+            has_d: true,
+            norm_eps: 1e-5,
+        };
+        let state_bytes = batch * h * p * n * 4;
+        let copies = (120_000_000usize).div_ceil(state_bytes).max(1);
+        for tokens in [1usize, 8] {
+            let act = |len: usize, rng: &mut SplitMix64| -> CudaSlice<bf16> {
+                let v: Vec<bf16> = (0..len).map(|_| bf16::from_f64(rng.normal())).collect();
+                stream.clone_htod(&v).expect("uploading inputs")
+            };
+            let (q, k) = (
+                act(batch * tokens * r * n, &mut rng),
+                act(batch * tokens * r * n, &mut rng),
+            );
+            let (v, z) = (
+                act(batch * tokens * h * p, &mut rng),
+                act(batch * tokens * h * p, &mut rng),
+            );
+            let trap = act(batch * h * tokens, &mut rng);
+            let dt = up(random_f32(&mut rng, batch * h * tokens, 0.01, 0.1));
+            let adt = up(random_f32(&mut rng, batch * h * tokens, -0.1, -0.001));
+            let angles = up(random_f32(&mut rng, batch * tokens * h * na, -2.0, 2.0));
+            let inputs = DecodeInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                z: Some(&z),
+                trap: &trap,
+                dt: &dt,
+                adt: &adt,
+                angles: &angles,
+            };
+            let mut states: Vec<DecodeState<bf16>> = (0..copies)
+                .map(|_| DecodeState::new(stream, config).expect("allocating states"))
+                .collect();
+            let mut outs: Vec<CudaSlice<bf16>> = (0..copies)
+                .map(|_| {
+                    stream
+                        .alloc_zeros(config.output_len(tokens))
+                        .expect("allocating outputs")
+                })
+                .collect();
+            let eager_ms = time_batch_ms(gpu, stream, 5, copies, || {
+                for (state, out) in states.iter_mut().zip(outs.iter_mut()) {
+                    decode::step_tokens(gpu, stream, state, &weights, &inputs, tokens, out)
+                        .expect("decode launch");
+                }
+            });
+            drop(outs);
+            let mut graphs: Vec<DecodeGraph<bf16>> = states
+                .into_iter()
+                .map(|state| {
+                    DecodeGraph::capture(gpu, stream, state, &weights, tokens)
+                        .expect("capturing the step")
+                })
+                .collect();
+            let graph_ms = time_batch_ms(gpu, stream, 5, copies, || {
+                for graph in graphs.iter_mut() {
+                    graph.replay().expect("graph replay");
+                }
+            });
+            let bytes = config.min_bytes(tokens, 2) as f64;
+            let per_token_us = graph_ms * 1e3 / tokens as f64;
+            println!(
+                "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11.1} {:>7.1}x   kernels: {}",
+                format!("decode/bf16/B={batch}/T={tokens}"),
+                eager_ms * 1e3,
+                graph_ms * 1e3,
+                per_token_us,
+                bytes / 1e6,
+                100.0 * bytes / (graph_ms * 1e-3) / HBM_BYTES_PER_S,
+                upstream,
+                upstream / per_token_us,
+                config.dispatch_paths::<bf16>().join(",")
+            );
+        }
+    }
 }
 
 type Bench = fn(&Gpu, &Arc<CudaStream>);
@@ -112,7 +266,8 @@ fn main() {
         gpu.sm_count()
     );
     let stream = gpu.context().new_stream().expect("creating a stream");
-    let benches: [(&str, Bench); 2] = [
+    let benches: [(&str, Bench); 3] = [
+        ("decode", bench_decode),
         ("primitives/sincos", bench_sincos),
         ("primitives/warp_scan", bench_warp_scan),
     ];

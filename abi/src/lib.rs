@@ -138,7 +138,17 @@ impl DecodeSmem {
         let theta = y + align4(r * p);
         let rstd = theta + align4(na);
         let total = rstd + align4(r);
-        DecodeSmem { state, q_rot, k_rot, v, z, y, theta, rstd, total }
+        DecodeSmem {
+            state,
+            q_rot,
+            k_rot,
+            v,
+            z,
+            y,
+            theta,
+            rstd,
+            total,
+        }
     }
 
     /// Size in bytes.

@@ -17,17 +17,41 @@ pub enum Kernel {
     PrimWarpScan,
     /// Range-reduced `sincos` (self-test).
     PrimSincos,
+    /// Decode, f32 activations, rank 1.
+    DecodeF32R1,
+    /// Decode, f32 activations, rank 2.
+    DecodeF32R2,
+    /// Decode, f32 activations, rank 4.
+    DecodeF32R4,
+    /// Decode, f32 activations, rank 8.
+    DecodeF32R8,
+    /// Decode, bf16 activations, rank 1.
+    DecodeBf16R1,
+    /// Decode, bf16 activations, rank 2.
+    DecodeBf16R2,
+    /// Decode, bf16 activations, rank 4.
+    DecodeBf16R4,
+    /// Decode, bf16 activations, rank 8.
+    DecodeBf16R8,
 }
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 6] = [
+    pub const ALL: [Kernel; 14] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
         Kernel::PrimCpAsync,
         Kernel::PrimWarpScan,
         Kernel::PrimSincos,
+        Kernel::DecodeF32R1,
+        Kernel::DecodeF32R2,
+        Kernel::DecodeF32R4,
+        Kernel::DecodeF32R8,
+        Kernel::DecodeBf16R1,
+        Kernel::DecodeBf16R2,
+        Kernel::DecodeBf16R4,
+        Kernel::DecodeBf16R8,
     ];
 
     /// Its symbol in the PTX (`.entry` name).
@@ -39,7 +63,31 @@ impl Kernel {
             Kernel::PrimCpAsync => "prim_cp_async",
             Kernel::PrimWarpScan => "prim_warp_scan",
             Kernel::PrimSincos => "prim_sincos",
+            Kernel::DecodeF32R1 => "decode_f32_r1",
+            Kernel::DecodeF32R2 => "decode_f32_r2",
+            Kernel::DecodeF32R4 => "decode_f32_r4",
+            Kernel::DecodeF32R8 => "decode_f32_r8",
+            Kernel::DecodeBf16R1 => "decode_bf16_r1",
+            Kernel::DecodeBf16R2 => "decode_bf16_r2",
+            Kernel::DecodeBf16R4 => "decode_bf16_r4",
+            Kernel::DecodeBf16R8 => "decode_bf16_r8",
         }
+    }
+
+    /// The decode kernel for an activation dtype and rank, if instantiated.
+    pub fn decode(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
+        use crate::Dtype::{Bf16, F32};
+        Some(match (dtype, rank) {
+            (F32, 1) => Kernel::DecodeF32R1,
+            (F32, 2) => Kernel::DecodeF32R2,
+            (F32, 4) => Kernel::DecodeF32R4,
+            (F32, 8) => Kernel::DecodeF32R8,
+            (Bf16, 1) => Kernel::DecodeBf16R1,
+            (Bf16, 2) => Kernel::DecodeBf16R2,
+            (Bf16, 4) => Kernel::DecodeBf16R4,
+            (Bf16, 8) => Kernel::DecodeBf16R8,
+            _ => return None,
+        })
     }
 
     /// Position in [`Kernel::ALL`] (index of its cached function handle).

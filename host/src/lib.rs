@@ -12,12 +12,15 @@
 //! dynamically, and [`Gpu::new`] returns [`Error::NoDriver`] / [`Error::NoDevice`] instead of
 //! panicking.
 
+mod config;
+pub mod decode;
 mod device;
 mod error;
 pub mod golden;
 mod kernel;
 pub mod primitives;
 
+pub use config::{Activation, Dtype, OutputMode, Rotation};
 pub use device::Gpu;
 pub use error::{Error, Result};
 pub use kernel::{ptx_entry_points, Kernel};

@@ -9,6 +9,8 @@
 #![allow(internal_features)]
 
 pub mod arch;
+pub mod decode;
+pub mod elem;
 pub mod frag;
 pub mod math;
 pub mod primitives;

@@ -16,17 +16,7 @@ pub struct RmsNormWeight {
     pub eps: f64,
 }
 
-/// How per-rank outputs `y_{t,r}` become the returned tensor (spec §4.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum OutputMode {
-    /// `out_t = Σ_r y_{t,r} ⊙ gate_{t,r} ⊙ mimo_o_r`, shape (B,S,H,P).
-    #[default]
-    Gated,
-    /// `out_t = Σ_r y_{t,r}·rstd_{t,r} ⊙ norm_weight_h ⊙ gate_{t,r} ⊙ mimo_o_r`, shape (B,S,H,P).
-    FusedNorm,
-    /// No `mimo_o`: `out[b,t,r,h,:] = y_{t,r} ⊙ gate_{t,r}`, shape (B,S,R,H,P).
-    Prereduce,
-}
+pub use crate::config::OutputMode;
 
 /// All inputs of one call, flat row-major `f64` buffers (see [`Mamba3Geometry`] for the letters).
 /// `gate_{t,r} = silu(z_t ⊙ mimo_z_r)` when `z` is present, else 1.

@@ -5,15 +5,7 @@ use std::f64::consts::{PI, TAU};
 use super::error::Mamba3Error;
 use super::geometry::Mamba3Geometry;
 
-/// Which coordinates of an N-vector form the rotated pairs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Rotation {
-    /// Kernel / MIMO convention: pair `(n, n + N/2)` rotated by `θ_n` for `n < Na`.
-    #[default]
-    HalfSplit,
-    /// Interleaved convention: pair `(2j, 2j + 1)` rotated by `θ_j` for `j < Na`.
-    Pairwise,
-}
+pub use crate::config::Rotation;
 
 impl Rotation {
     /// Rotates `v` (length N, even) in place by the angles `theta` (length Na ≤ N/2).

@@ -1,0 +1,796 @@
+//! Mamba-3 MIMO decode: [`DecodeState`], [`step`] / [`step_tokens`] and CUDA-graph replay
+//! ([`DecodeGraph`]).
+//!
+//! The recurrence of spec §2.1 one token at a time, with the forward's conventions: raw angle and
+//! trap logits, bias and rotation fused into the step, both rotations, every output mode, optional z
+//! and D, GQA. The state per sequence is θ `(H,Na)` f32 kept in [0, 2π) every step (upstream lets it
+//! grow), the SSM state `(H,P,N)` f32, the previous rotated+biased k `(R,H,N)` and the previous raw
+//! v `(H,P)` in the activation dtype.
+//!
+//! [`step_tokens`] is one kernel launch for `T ≥ 1` tokens: the state is read once and written once.
+//! Launches validate first, then neither allocate nor synchronize, so they can be captured.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{
+    CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, SyncOnDrop,
+};
+use mamba3_abi::{DecodeParams, DecodeSmem, DECODE_WARPS};
+
+use crate::config::{Activation, OutputMode, Rotation};
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+
+/// Shapes and options of a decode: everything except the tensors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeConfig {
+    /// Batch rows (sequences) B.
+    pub batch: usize,
+    /// Value heads H.
+    pub heads: usize,
+    /// q/k groups G (G divides H; head h reads group h / (H/G)).
+    pub groups: usize,
+    /// MIMO rank R ∈ {1, 2, 4, 8}.
+    pub rank: usize,
+    /// State size N (even).
+    pub state_dim: usize,
+    /// Head dim P.
+    pub head_dim: usize,
+    /// Rotary angles Na ≤ N/2.
+    pub num_angles: usize,
+    /// Rotary convention.
+    pub rotation: Rotation,
+    /// Output mode; [`OutputMode::FusedNorm`] needs a norm weight and `mimo_o`,
+    /// [`OutputMode::Prereduce`] takes no `mimo_o`.
+    pub mode: OutputMode,
+    /// Whether z (and `mimo_z`) are given.
+    pub has_z: bool,
+    /// Whether D is given.
+    pub has_d: bool,
+    /// RMSNorm epsilon (fused-norm mode).
+    pub norm_eps: f32,
+}
+
+impl DecodeConfig {
+    /// Checks the geometry; the error names the field, its value and the rule.
+    pub fn validate(&self) -> Result<()> {
+        for (arg, v) in [
+            ("batch", self.batch),
+            ("heads", self.heads),
+            ("groups", self.groups),
+            ("state_dim", self.state_dim),
+            ("head_dim", self.head_dim),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(arg, v, "must be at least 1"));
+            }
+        }
+        if !self.heads.is_multiple_of(self.groups) {
+            return Err(Error::invalid(
+                "groups",
+                self.groups,
+                format!("must divide heads = {}", self.heads),
+            ));
+        }
+        if !matches!(self.rank, 1 | 2 | 4 | 8) {
+            return Err(Error::invalid("rank", self.rank, "must be 1, 2, 4 or 8"));
+        }
+        if !self.state_dim.is_multiple_of(2) {
+            return Err(Error::invalid(
+                "state_dim",
+                self.state_dim,
+                "must be even (rotary pairs)",
+            ));
+        }
+        if self.num_angles > self.state_dim / 2 {
+            return Err(Error::invalid(
+                "num_angles",
+                self.num_angles,
+                format!("must be at most state_dim / 2 = {}", self.state_dim / 2),
+            ));
+        }
+        if self.batch > 65_535 {
+            return Err(Error::invalid(
+                "batch",
+                self.batch,
+                "must be at most 65535 (grid y)",
+            ));
+        }
+        if self.mode == OutputMode::FusedNorm && !(self.norm_eps > 0.0 && self.norm_eps.is_finite())
+        {
+            return Err(Error::invalid(
+                "norm_eps",
+                self.norm_eps,
+                "must be positive and finite",
+            ));
+        }
+        let largest = self.batch * self.heads * self.head_dim * self.state_dim.max(self.rank * 64);
+        if largest > u32::MAX as usize / 2 {
+            return Err(Error::invalid(
+                "batch",
+                self.batch,
+                "tensor sizes must stay below 2^31 elements",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Shared memory of one block, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        DecodeSmem::new(
+            self.rank as u32,
+            self.state_dim as u32,
+            self.head_dim as u32,
+            self.num_angles as u32,
+        )
+        .bytes() as usize
+    }
+
+    /// The kernels a call with activation type `X` launches, by symbol.
+    pub fn dispatch_paths<X: Activation>(&self) -> Vec<&'static str> {
+        Kernel::decode(X::DTYPE, self.rank)
+            .map(|k| vec![k.symbol()])
+            .unwrap_or_default()
+    }
+
+    /// Elements of the output for `tokens` tokens: (B,T,H,P), or (B,T,R,H,P) in prereduce mode.
+    pub fn output_len(&self, tokens: usize) -> usize {
+        let ranks = if self.mode == OutputMode::Prereduce {
+            self.rank
+        } else {
+            1
+        };
+        self.batch * tokens * ranks * self.heads * self.head_dim
+    }
+
+    /// Bytes one call over `tokens` tokens must move at least (spec performance.md §3.5):
+    /// the state read and written once, the per-token inputs and outputs once, with `elem` bytes
+    /// per activation.
+    pub fn min_bytes(&self, tokens: usize, elem: usize) -> usize {
+        let (b, h, r, g, n, p, na) = (
+            self.batch,
+            self.heads,
+            self.rank,
+            self.groups,
+            self.state_dim,
+            self.head_dim,
+            self.num_angles,
+        );
+        let state = b * h * (4 * p * n + 4 * na + elem * r * n + elem * p);
+        let per_token = b
+            * (elem * 2 * r * g * n
+                + elem * h * p * (1 + self.has_z as usize)
+                + h * (elem + 8 + 4 * na));
+        let out = elem * self.output_len(1);
+        2 * state + tokens * (per_token + out)
+    }
+}
+
+/// Per-head parameters (f32, device): the same for every step.
+#[derive(Debug)]
+pub struct DecodeWeights<'a> {
+    /// q bias (H,R,N).
+    pub q_bias: &'a CudaSlice<f32>,
+    /// k bias (H,R,N).
+    pub k_bias: &'a CudaSlice<f32>,
+    /// v up-projection (H,R,P).
+    pub mimo_v: &'a CudaSlice<f32>,
+    /// z up-projection (H,R,P), with z.
+    pub mimo_z: Option<&'a CudaSlice<f32>>,
+    /// Down-projection (H,R,P); absent in prereduce mode.
+    pub mimo_o: Option<&'a CudaSlice<f32>>,
+    /// Skip weight (H).
+    pub d: Option<&'a CudaSlice<f32>>,
+    /// RMSNorm weight (H,P), fused-norm mode.
+    pub norm_weight: Option<&'a CudaSlice<f32>>,
+}
+
+/// Inputs of `T` consecutive tokens (device).
+#[derive(Debug)]
+pub struct DecodeInputs<'a, X: Activation> {
+    /// q (B,T,R,G,N).
+    pub q: &'a CudaSlice<X>,
+    /// k (B,T,R,G,N).
+    pub k: &'a CudaSlice<X>,
+    /// v (B,T,H,P).
+    pub v: &'a CudaSlice<X>,
+    /// z (B,T,H,P), when the config has z.
+    pub z: Option<&'a CudaSlice<X>>,
+    /// Raw trap logits (B,H,T).
+    pub trap: &'a CudaSlice<X>,
+    /// Step sizes Δ > 0 (B,H,T).
+    pub dt: &'a CudaSlice<f32>,
+    /// Natural-log decays (B,H,T).
+    pub adt: &'a CudaSlice<f32>,
+    /// Raw angle logits (B,T,H,Na).
+    pub angles: &'a CudaSlice<f32>,
+}
+
+/// The recurrent state of `B` sequences on the device.
+#[derive(Debug)]
+pub struct DecodeState<X: Activation> {
+    config: DecodeConfig,
+    /// θ (B,H,Na) f32 in [0, 2π).
+    pub theta: CudaSlice<f32>,
+    /// SSM state (B,H,P,N) f32.
+    pub ssm: CudaSlice<f32>,
+    /// Previous rotated+biased k (B,R,H,N).
+    pub k: CudaSlice<X>,
+    /// Previous raw v (B,H,P).
+    pub v: CudaSlice<X>,
+}
+
+/// Host copy of a [`DecodeState`] (same layouts), e.g. the forward's final states.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostDecodeState<X> {
+    /// θ (B,H,Na).
+    pub theta: Vec<f32>,
+    /// SSM state (B,H,P,N).
+    pub ssm: Vec<f32>,
+    /// k (B,R,H,N).
+    pub k: Vec<X>,
+    /// v (B,H,P).
+    pub v: Vec<X>,
+}
+
+fn expect_len(arg: &'static str, len: usize, want: usize, shape: &str) -> Result<()> {
+    if len == want {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            arg,
+            format!("{len} elements"),
+            format!("must have shape {shape} = {want} elements"),
+        ))
+    }
+}
+
+impl<X: Activation> DecodeState<X> {
+    fn lens(c: &DecodeConfig) -> [usize; 4] {
+        let (b, h) = (c.batch, c.heads);
+        [
+            b * h * c.num_angles,
+            b * h * c.head_dim * c.state_dim,
+            b * c.rank * h * c.state_dim,
+            b * h * c.head_dim,
+        ]
+    }
+
+    /// A zero state (no token seen) for `config.batch` sequences.
+    pub fn new(stream: &Arc<CudaStream>, config: DecodeConfig) -> Result<Self> {
+        config.validate()?;
+        let [t, s, k, v] = Self::lens(&config);
+        let alloc = || Error::driver("allocating the decode state");
+        Ok(DecodeState {
+            config,
+            theta: stream.alloc_zeros(t.max(1)).map_err(alloc())?,
+            ssm: stream.alloc_zeros(s).map_err(alloc())?,
+            k: stream.alloc_zeros(k).map_err(alloc())?,
+            v: stream.alloc_zeros(v).map_err(alloc())?,
+        })
+    }
+
+    /// A state holding `host` (e.g. the forward's final states: θ, SSM state, last rotated k,
+    /// last raw v). θ is reduced into [0, 2π) on the way in.
+    pub fn from_host(
+        stream: &Arc<CudaStream>,
+        config: DecodeConfig,
+        host: &HostDecodeState<X>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let [t, s, k, v] = Self::lens(&config);
+        expect_len("theta", host.theta.len(), t, "(B,H,Na)")?;
+        expect_len("ssm", host.ssm.len(), s, "(B,H,P,N)")?;
+        expect_len("k", host.k.len(), k, "(B,R,H,N)")?;
+        expect_len("v", host.v.len(), v, "(B,H,P)")?;
+        let mut theta: Vec<f32> = host
+            .theta
+            .iter()
+            .map(|x| x.rem_euclid(std::f32::consts::TAU))
+            .collect();
+        if theta.is_empty() {
+            theta.push(0.0);
+        }
+        let copy = || Error::driver("copying the decode state to the device");
+        Ok(DecodeState {
+            config,
+            theta: stream.clone_htod(&theta).map_err(copy())?,
+            ssm: stream.clone_htod(&host.ssm).map_err(copy())?,
+            k: stream.clone_htod(&host.k).map_err(copy())?,
+            v: stream.clone_htod(&host.v).map_err(copy())?,
+        })
+    }
+
+    /// Copies the state to the host (synchronizes `stream`).
+    pub fn to_host(&self, stream: &Arc<CudaStream>) -> Result<HostDecodeState<X>> {
+        let copy = || Error::driver("copying the decode state to the host");
+        let mut theta = stream.clone_dtoh(&self.theta).map_err(copy())?;
+        theta.truncate(self.config.batch * self.config.heads * self.config.num_angles);
+        Ok(HostDecodeState {
+            theta,
+            ssm: stream.clone_dtoh(&self.ssm).map_err(copy())?,
+            k: stream.clone_dtoh(&self.k).map_err(copy())?,
+            v: stream.clone_dtoh(&self.v).map_err(copy())?,
+        })
+    }
+
+    /// The configuration the state was made for.
+    pub fn config(&self) -> &DecodeConfig {
+        &self.config
+    }
+
+    /// Zeroes the state of the chosen batch rows (continuous batching: a finished sequence's slot
+    /// is reused). Enqueued on `stream`; no allocation, no synchronization.
+    pub fn reset_rows(&mut self, stream: &Arc<CudaStream>, rows: &[usize]) -> Result<()> {
+        let c = self.config;
+        let per_row = Self::lens(&DecodeConfig { batch: 1, ..c });
+        for &row in rows {
+            if row >= c.batch {
+                return Err(Error::invalid(
+                    "rows",
+                    row,
+                    format!("every row must be below batch = {}", c.batch),
+                ));
+            }
+        }
+        let zero = || Error::driver("zeroing decode state rows");
+        for &row in rows {
+            if per_row[0] > 0 {
+                stream
+                    .memset_zeros(
+                        &mut self
+                            .theta
+                            .slice_mut(row * per_row[0]..(row + 1) * per_row[0]),
+                    )
+                    .map_err(zero())?;
+            }
+            stream
+                .memset_zeros(&mut self.ssm.slice_mut(row * per_row[1]..(row + 1) * per_row[1]))
+                .map_err(zero())?;
+            stream
+                .memset_zeros(&mut self.k.slice_mut(row * per_row[2]..(row + 1) * per_row[2]))
+                .map_err(zero())?;
+            stream
+                .memset_zeros(&mut self.v.slice_mut(row * per_row[3]..(row + 1) * per_row[3]))
+                .map_err(zero())?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks every tensor of a `tokens`-token call against the config (before any launch).
+fn validate_call<X: Activation>(
+    c: &DecodeConfig,
+    weights: &DecodeWeights,
+    inputs: &DecodeInputs<X>,
+    tokens: usize,
+    out_len: usize,
+) -> Result<()> {
+    if tokens == 0 {
+        return Err(Error::invalid("tokens", tokens, "must be at least 1"));
+    }
+    let (b, h, g, r, n, p, na) = (
+        c.batch,
+        c.heads,
+        c.groups,
+        c.rank,
+        c.state_dim,
+        c.head_dim,
+        c.num_angles,
+    );
+    expect_len("q", inputs.q.len(), b * tokens * r * g * n, "(B,T,R,G,N)")?;
+    expect_len("k", inputs.k.len(), b * tokens * r * g * n, "(B,T,R,G,N)")?;
+    expect_len("v", inputs.v.len(), b * tokens * h * p, "(B,T,H,P)")?;
+    expect_len("trap", inputs.trap.len(), b * h * tokens, "(B,H,T)")?;
+    expect_len("dt", inputs.dt.len(), b * h * tokens, "(B,H,T)")?;
+    expect_len("adt", inputs.adt.len(), b * h * tokens, "(B,H,T)")?;
+    if na > 0 {
+        expect_len(
+            "angles",
+            inputs.angles.len(),
+            b * tokens * h * na,
+            "(B,T,H,Na)",
+        )?;
+    }
+    expect_len("q_bias", weights.q_bias.len(), h * r * n, "(H,R,N)")?;
+    expect_len("k_bias", weights.k_bias.len(), h * r * n, "(H,R,N)")?;
+    expect_len("mimo_v", weights.mimo_v.len(), h * r * p, "(H,R,P)")?;
+    match (c.has_z, inputs.z, weights.mimo_z) {
+        (true, Some(z), Some(mz)) => {
+            expect_len("z", z.len(), b * tokens * h * p, "(B,T,H,P)")?;
+            expect_len("mimo_z", mz.len(), h * r * p, "(H,R,P)")?;
+        }
+        (true, None, _) => {
+            return Err(Error::invalid(
+                "z",
+                "None",
+                "config.has_z is true: z is required",
+            ))
+        }
+        (true, _, None) => {
+            return Err(Error::invalid(
+                "mimo_z",
+                "None",
+                "config.has_z is true: mimo_z is required",
+            ))
+        }
+        (false, Some(_), _) => {
+            return Err(Error::invalid(
+                "z",
+                "Some",
+                "config.has_z is false: pass None",
+            ))
+        }
+        (false, _, Some(_)) => {
+            return Err(Error::invalid(
+                "mimo_z",
+                "Some",
+                "config.has_z is false: pass None",
+            ))
+        }
+        (false, None, None) => {}
+    }
+    match (c.has_d, weights.d) {
+        (true, Some(d)) => expect_len("d", d.len(), h, "(H)")?,
+        (true, None) => {
+            return Err(Error::invalid(
+                "d",
+                "None",
+                "config.has_d is true: D is required",
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(Error::invalid(
+                "d",
+                "Some",
+                "config.has_d is false: pass None",
+            ))
+        }
+        (false, None) => {}
+    }
+    match (c.mode, weights.mimo_o) {
+        (OutputMode::Prereduce, Some(_)) => {
+            return Err(Error::invalid(
+                "mimo_o",
+                "Some",
+                "prereduce mode takes no mimo_o",
+            ));
+        }
+        (OutputMode::Gated | OutputMode::FusedNorm, None) => {
+            return Err(Error::invalid(
+                "mimo_o",
+                "None",
+                "gated and fused-norm modes need mimo_o",
+            ));
+        }
+        (_, Some(o)) => expect_len("mimo_o", o.len(), h * r * p, "(H,R,P)")?,
+        (OutputMode::Prereduce, None) => {}
+    }
+    match (c.mode, weights.norm_weight) {
+        (OutputMode::FusedNorm, Some(w)) => expect_len("norm_weight", w.len(), h * p, "(H,P)")?,
+        (OutputMode::FusedNorm, None) => {
+            return Err(Error::invalid(
+                "norm_weight",
+                "None",
+                "fused-norm mode needs the norm weight",
+            ));
+        }
+        (_, Some(_)) => {
+            return Err(Error::invalid(
+                "norm_weight",
+                "Some",
+                "only fused-norm mode takes a norm weight",
+            ))
+        }
+        (_, None) => {}
+    }
+    let shape = if c.mode == OutputMode::Prereduce {
+        "(B,T,R,H,P)"
+    } else {
+        "(B,T,H,P)"
+    };
+    expect_len("out", out_len, c.output_len(tokens), shape)
+}
+
+/// The kernel's argument, passed by value.
+#[repr(transparent)]
+struct DecodeArgs(DecodeParams);
+
+// SAFETY: `DecodeParams` is `#[repr(C)]` plain data (integers and a float) matching the kernel's
+// parameter struct, which is compiled from the same definition.
+unsafe impl DeviceRepr for DecodeArgs {}
+
+/// Device addresses of a launch's buffers. The guards record cudarc's read/write events when
+/// dropped, so they live until the kernel is enqueued.
+struct Pointers<'a> {
+    stream: &'a CudaStream,
+    guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl<'a> Pointers<'a> {
+    fn read<T>(&mut self, slice: &'a CudaSlice<T>) -> u64 {
+        let (ptr, guard) = slice.device_ptr(self.stream);
+        self.guards.push(guard);
+        ptr
+    }
+
+    fn read_opt<T>(&mut self, slice: Option<&'a CudaSlice<T>>) -> u64 {
+        slice.map_or(0, |s| self.read(s))
+    }
+
+    fn write<T>(&mut self, slice: &'a mut CudaSlice<T>) -> u64 {
+        let (ptr, guard) = slice.device_ptr_mut(self.stream);
+        self.guards.push(guard);
+        ptr
+    }
+}
+
+/// Advances `state` over `tokens` consecutive tokens in one launch and writes their outputs to
+/// `out` ((B,T,H,P), or (B,T,R,H,P) in prereduce mode). Validates everything first; then enqueues
+/// one kernel on `stream` without allocating or synchronizing.
+pub fn step_tokens<X: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    state: &mut DecodeState<X>,
+    weights: &DecodeWeights,
+    inputs: &DecodeInputs<X>,
+    tokens: usize,
+    out: &mut CudaSlice<X>,
+) -> Result<()> {
+    let c = state.config;
+    validate_call(&c, weights, inputs, tokens, out.len())?;
+    let kernel = Kernel::decode(X::DTYPE, c.rank)
+        .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
+    let mut ptrs = Pointers {
+        stream,
+        guards: Vec::with_capacity(20),
+    };
+    let params = DecodeParams {
+        q: ptrs.read(inputs.q),
+        k: ptrs.read(inputs.k),
+        v: ptrs.read(inputs.v),
+        z: ptrs.read_opt(inputs.z),
+        trap: ptrs.read(inputs.trap),
+        dt: ptrs.read(inputs.dt),
+        adt: ptrs.read(inputs.adt),
+        angles: ptrs.read(inputs.angles),
+        q_bias: ptrs.read(weights.q_bias),
+        k_bias: ptrs.read(weights.k_bias),
+        mimo_v: ptrs.read(weights.mimo_v),
+        mimo_z: ptrs.read_opt(weights.mimo_z),
+        mimo_o: ptrs.read_opt(weights.mimo_o),
+        d: ptrs.read_opt(weights.d),
+        norm_weight: ptrs.read_opt(weights.norm_weight),
+        theta: ptrs.write(&mut state.theta),
+        ssm: ptrs.write(&mut state.ssm),
+        k_state: ptrs.write(&mut state.k),
+        v_state: ptrs.write(&mut state.v),
+        out: ptrs.write(out),
+        batch: c.batch as u32,
+        tokens: tokens as u32,
+        heads: c.heads as u32,
+        groups: c.groups as u32,
+        n: c.state_dim as u32,
+        p: c.head_dim as u32,
+        na: c.num_angles as u32,
+        mode: c.mode.code(),
+        rotation: c.rotation.code(),
+        norm_eps: c.norm_eps,
+    };
+    let cfg = LaunchConfig {
+        grid_dim: (c.heads as u32, c.batch as u32, 1),
+        block_dim: (32 * DECODE_WARPS, 1, 1),
+        shared_mem_bytes: c.shared_memory_bytes() as u32,
+    };
+    let args = DecodeArgs(params);
+    let mut launch = gpu.launch(stream, kernel)?;
+    launch.arg(&args);
+    // SAFETY: every pointer was validated against the config's shapes above and the launch shape
+    // is the kernel's contract (grid (H,B), DECODE_WARPS warps, DecodeSmem bytes).
+    let launched = unsafe { launch.run(cfg) };
+    drop(ptrs);
+    launched
+}
+
+/// [`step_tokens`] for one token: `out` is (B,H,P), or (B,R,H,P) in prereduce mode.
+pub fn step<X: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    state: &mut DecodeState<X>,
+    weights: &DecodeWeights,
+    inputs: &DecodeInputs<X>,
+    out: &mut CudaSlice<X>,
+) -> Result<()> {
+    step_tokens(gpu, stream, state, weights, inputs, 1, out)
+}
+
+/// Device buffers of a captured step's inputs and output: write new tokens here, then replay.
+#[derive(Debug)]
+pub struct GraphBuffers<X: Activation> {
+    /// q (B,T,R,G,N).
+    pub q: CudaSlice<X>,
+    /// k (B,T,R,G,N).
+    pub k: CudaSlice<X>,
+    /// v (B,T,H,P).
+    pub v: CudaSlice<X>,
+    /// z (B,T,H,P) when the config has z.
+    pub z: Option<CudaSlice<X>>,
+    /// Raw trap logits (B,H,T).
+    pub trap: CudaSlice<X>,
+    /// Δ (B,H,T).
+    pub dt: CudaSlice<f32>,
+    /// Log decays (B,H,T).
+    pub adt: CudaSlice<f32>,
+    /// Raw angle logits (B,T,H,Na).
+    pub angles: CudaSlice<f32>,
+    /// Output of the last replay.
+    pub out: CudaSlice<X>,
+}
+
+/// A `T`-token step captured once into a CUDA graph and replayed with new inputs.
+///
+/// The graph owns the state and its input/output buffers (their addresses are baked into the
+/// graph) and borrows the weights for `'w`. Each [`DecodeGraph::replay`] advances the state by `T`
+/// tokens reading [`DecodeGraph::buffers`].
+pub struct DecodeGraph<'w, X: Activation> {
+    graph: CudaGraph,
+    state: DecodeState<X>,
+    buffers: GraphBuffers<X>,
+    tokens: usize,
+    _weights: PhantomData<&'w CudaSlice<f32>>,
+}
+
+impl<'w, X: Activation> DecodeGraph<'w, X> {
+    /// Allocates the input/output buffers for `tokens` tokens and captures one
+    /// [`step_tokens`] on `stream` (which must not be the legacy default stream). The state is
+    /// not advanced by the capture.
+    pub fn capture(
+        gpu: &Gpu,
+        stream: &Arc<CudaStream>,
+        state: DecodeState<X>,
+        weights: &DecodeWeights<'w>,
+        tokens: usize,
+    ) -> Result<Self> {
+        let c = state.config;
+        if tokens == 0 {
+            return Err(Error::invalid("tokens", tokens, "must be at least 1"));
+        }
+        let (b, h, g, r, n, p, na) = (
+            c.batch,
+            c.heads,
+            c.groups,
+            c.rank,
+            c.state_dim,
+            c.head_dim,
+            c.num_angles,
+        );
+        let alloc = || Error::driver("allocating the graph's buffers");
+        let buffers = GraphBuffers {
+            q: stream
+                .alloc_zeros(b * tokens * r * g * n)
+                .map_err(alloc())?,
+            k: stream
+                .alloc_zeros(b * tokens * r * g * n)
+                .map_err(alloc())?,
+            v: stream.alloc_zeros(b * tokens * h * p).map_err(alloc())?,
+            z: if c.has_z {
+                Some(stream.alloc_zeros(b * tokens * h * p).map_err(alloc())?)
+            } else {
+                None
+            },
+            trap: stream.alloc_zeros(b * h * tokens).map_err(alloc())?,
+            dt: stream.alloc_zeros(b * h * tokens).map_err(alloc())?,
+            adt: stream.alloc_zeros(b * h * tokens).map_err(alloc())?,
+            angles: stream
+                .alloc_zeros((b * tokens * h * na).max(1))
+                .map_err(alloc())?,
+            out: stream.alloc_zeros(c.output_len(tokens)).map_err(alloc())?,
+        };
+        let mut state = state;
+        let mut buffers = buffers;
+        let graph = Self::record(gpu, stream, &mut state, &mut buffers, weights, tokens)?;
+        graph
+            .upload()
+            .map_err(Error::driver("uploading the graph"))?;
+        Ok(DecodeGraph {
+            graph,
+            state,
+            buffers,
+            tokens,
+            _weights: PhantomData,
+        })
+    }
+
+    fn record(
+        gpu: &Gpu,
+        stream: &Arc<CudaStream>,
+        state: &mut DecodeState<X>,
+        buffers: &mut GraphBuffers<X>,
+        weights: &DecodeWeights,
+        tokens: usize,
+    ) -> Result<CudaGraph> {
+        let GraphBuffers {
+            q,
+            k,
+            v,
+            z,
+            trap,
+            dt,
+            adt,
+            angles,
+            out,
+        } = buffers;
+        let inputs = DecodeInputs {
+            q,
+            k,
+            v,
+            z: z.as_ref(),
+            trap,
+            dt,
+            adt,
+            angles,
+        };
+        // Validate outside the capture so that a bad call leaves the stream usable.
+        validate_call(&state.config, weights, &inputs, tokens, out.len())?;
+        // cudarc's cross-stream event tracking would make captured work wait on events recorded
+        // outside the capture (an isolation error); the graph's one kernel needs no such ordering.
+        let ctx = stream.context();
+        let tracking = ctx.is_event_tracking();
+        // SAFETY: only this capture runs while tracking is off; the previous setting is restored.
+        unsafe { ctx.disable_event_tracking() };
+        let begun = stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(Error::driver("beginning the graph capture"));
+        let graph = begun.and_then(|()| {
+            let launched = step_tokens(gpu, stream, state, weights, &inputs, tokens, out);
+            // End the capture whatever happened, so the stream leaves capture mode.
+            let ended = stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .map_err(Error::driver("ending the graph capture"));
+            launched?;
+            ended?
+                .ok_or_else(|| Error::invalid("stream", "capture", "the capture recorded no graph"))
+        });
+        if tracking {
+            // SAFETY: restores the context's previous setting.
+            unsafe { ctx.enable_event_tracking() };
+        }
+        graph
+    }
+
+    /// Runs the captured step once: advances the state by `T` tokens reading
+    /// [`DecodeGraph::buffers_mut`]'s inputs and writing its `out`. Enqueued on the capture stream.
+    pub fn replay(&mut self) -> Result<()> {
+        self.graph
+            .launch()
+            .map_err(Error::driver("launching the graph"))
+    }
+
+    /// The input/output buffers the graph reads and writes.
+    pub fn buffers_mut(&mut self) -> &mut GraphBuffers<X> {
+        &mut self.buffers
+    }
+
+    /// The input/output buffers the graph reads and writes.
+    pub fn buffers(&self) -> &GraphBuffers<X> {
+        &self.buffers
+    }
+
+    /// The state the graph advances.
+    pub fn state(&self) -> &DecodeState<X> {
+        &self.state
+    }
+
+    /// Tokens per replay.
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+
+    /// Ends the graph and returns the state.
+    pub fn into_state(self) -> DecodeState<X> {
+        self.state
+    }
+}

@@ -1,0 +1,727 @@
+//! Decode on the GPU against the float64 golden model (skipped without a GPU).
+//!
+//! Inputs are drawn by the golden model's generator, rounded to the activation dtype (q, k, v, z,
+//! trap) or to f32 (everything else), and the golden model runs on exactly those rounded values, so
+//! the figures measure the kernel's arithmetic, not the input rounding.
+
+mod common;
+
+use std::sync::Arc;
+
+use half::bf16;
+use mamba3::cuda::{CudaSlice, CudaStream};
+use mamba3::decode::{
+    self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights, HostDecodeState,
+};
+use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOptions};
+use mamba3::{Activation, Dtype, Error, Gpu, OutputMode, Rotation};
+use proptest::prelude::*;
+
+/// `max|ours − ref| / max|ref|`.
+fn normalized(ours: &[f64], reference: &[f64]) -> f64 {
+    assert_eq!(ours.len(), reference.len());
+    let diff = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    let scale = reference.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    if diff == 0.0 {
+        0.0
+    } else {
+        diff / scale.max(f64::MIN_POSITIVE)
+    }
+}
+
+fn angle_err(ours: &[f64], reference: &[f64]) -> f64 {
+    ours.iter()
+        .zip(reference)
+        .map(|(a, b)| {
+            let d = (a - b).rem_euclid(std::f64::consts::TAU);
+            d.min(std::f64::consts::TAU - d)
+        })
+        .fold(0.0, f64::max)
+}
+
+fn round_act<X: Activation>(v: &mut [f64]) {
+    v.iter_mut().for_each(|x| *x = X::from_f64(*x).to_f64());
+}
+
+fn round_f32(v: &mut [f64]) {
+    v.iter_mut().for_each(|x| *x = *x as f32 as f64);
+}
+
+/// Rounds every input to what the device will see.
+fn quantize<X: Activation>(inp: &mut Mamba3Inputs) {
+    for v in [&mut inp.q, &mut inp.k, &mut inp.v, &mut inp.trap] {
+        round_act::<X>(v);
+    }
+    if let Some(z) = inp.z.as_mut() {
+        round_act::<X>(z);
+    }
+    for v in [
+        &mut inp.dt,
+        &mut inp.adt,
+        &mut inp.angle_logits,
+        &mut inp.q_bias,
+        &mut inp.k_bias,
+        &mut inp.mimo_v,
+    ] {
+        round_f32(v);
+    }
+    for v in [inp.mimo_z.as_mut(), inp.mimo_o.as_mut(), inp.d.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        round_f32(v);
+    }
+    if let Some(n) = inp.norm.as_mut() {
+        round_f32(&mut n.weight);
+        n.eps = n.eps as f32 as f64;
+    }
+}
+
+fn quantize_state<X: Activation>(s: &mut FinalStates) {
+    round_f32(&mut s.theta);
+    round_f32(&mut s.ssm);
+    round_act::<X>(&mut s.k);
+    round_act::<X>(&mut s.v);
+}
+
+fn host_state<X: Activation>(s: &FinalStates) -> HostDecodeState<X> {
+    HostDecodeState {
+        theta: s.theta.iter().map(|x| *x as f32).collect(),
+        ssm: s.ssm.iter().map(|x| *x as f32).collect(),
+        k: s.k.iter().map(|x| X::from_f64(*x)).collect(),
+        v: s.v.iter().map(|x| X::from_f64(*x)).collect(),
+    }
+}
+
+fn to_f64<X: Activation>(v: &[X]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f64()).collect()
+}
+
+/// One decode case: geometry, options, tokens before (prefix) and in the call.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    batch: usize,
+    heads: usize,
+    groups: usize,
+    rank: usize,
+    n: usize,
+    p: usize,
+    na: usize,
+    prefix: usize,
+    tokens: usize,
+    rotation: Rotation,
+    mode: OutputMode,
+    has_z: bool,
+    has_d: bool,
+}
+
+impl Case {
+    fn geometry(&self, seq_len: usize) -> Mamba3Geometry {
+        Mamba3Geometry {
+            batch: self.batch,
+            seq_len,
+            rank: self.rank,
+            groups: self.groups,
+            heads: self.heads,
+            state_dim: self.n,
+            head_dim: self.p,
+            num_angles: self.na,
+        }
+    }
+
+    fn config(&self, norm_eps: f64) -> DecodeConfig {
+        DecodeConfig {
+            batch: self.batch,
+            heads: self.heads,
+            groups: self.groups,
+            rank: self.rank,
+            state_dim: self.n,
+            head_dim: self.p,
+            num_angles: self.na,
+            rotation: self.rotation,
+            mode: self.mode,
+            has_z: self.has_z,
+            has_d: self.has_d,
+            norm_eps: norm_eps as f32,
+        }
+    }
+
+    /// The whole sequence (prefix + call tokens), quantized for `X`.
+    fn inputs<X: Activation>(&self, seed: u64) -> Mamba3Inputs {
+        let options = RandomOptions {
+            rotation: self.rotation,
+            mode: self.mode,
+            has_z: self.has_z,
+            has_d: self.has_d,
+        };
+        let mut inp =
+            Mamba3Inputs::random(self.geometry(self.prefix + self.tokens), options, seed).unwrap();
+        quantize::<X>(&mut inp);
+        inp
+    }
+}
+
+/// Device copies of one call's tensors.
+struct Device<X: Activation> {
+    q: CudaSlice<X>,
+    k: CudaSlice<X>,
+    v: CudaSlice<X>,
+    z: Option<CudaSlice<X>>,
+    trap: CudaSlice<X>,
+    dt: CudaSlice<f32>,
+    adt: CudaSlice<f32>,
+    angles: CudaSlice<f32>,
+    q_bias: CudaSlice<f32>,
+    k_bias: CudaSlice<f32>,
+    mimo_v: CudaSlice<f32>,
+    mimo_z: Option<CudaSlice<f32>>,
+    mimo_o: Option<CudaSlice<f32>>,
+    d: Option<CudaSlice<f32>>,
+    norm: Option<CudaSlice<f32>>,
+}
+
+fn up_act<X: Activation>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<X> {
+    let host: Vec<X> = v.iter().map(|x| X::from_f64(*x)).collect();
+    s.clone_htod(&host).unwrap()
+}
+
+fn up_f32(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<f32> {
+    let mut host: Vec<f32> = v.iter().map(|x| *x as f32).collect();
+    if host.is_empty() {
+        host.push(0.0);
+    }
+    s.clone_htod(&host).unwrap()
+}
+
+impl<X: Activation> Device<X> {
+    fn upload(s: &Arc<CudaStream>, inp: &Mamba3Inputs) -> Self {
+        Device {
+            q: up_act(s, &inp.q),
+            k: up_act(s, &inp.k),
+            v: up_act(s, &inp.v),
+            z: inp.z.as_ref().map(|z| up_act(s, z)),
+            trap: up_act(s, &inp.trap),
+            dt: up_f32(s, &inp.dt),
+            adt: up_f32(s, &inp.adt),
+            angles: up_f32(s, &inp.angle_logits),
+            q_bias: up_f32(s, &inp.q_bias),
+            k_bias: up_f32(s, &inp.k_bias),
+            mimo_v: up_f32(s, &inp.mimo_v),
+            mimo_z: inp.mimo_z.as_ref().map(|m| up_f32(s, m)),
+            mimo_o: inp.mimo_o.as_ref().map(|m| up_f32(s, m)),
+            d: inp.d.as_ref().map(|m| up_f32(s, m)),
+            norm: inp.norm.as_ref().map(|n| up_f32(s, &n.weight)),
+        }
+    }
+
+    fn weights(&self) -> DecodeWeights<'_> {
+        DecodeWeights {
+            q_bias: &self.q_bias,
+            k_bias: &self.k_bias,
+            mimo_v: &self.mimo_v,
+            mimo_z: self.mimo_z.as_ref(),
+            mimo_o: self.mimo_o.as_ref(),
+            d: self.d.as_ref(),
+            norm_weight: self.norm.as_ref(),
+        }
+    }
+
+    fn inputs(&self) -> DecodeInputs<'_, X> {
+        DecodeInputs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            z: self.z.as_ref(),
+            trap: &self.trap,
+            dt: &self.dt,
+            adt: &self.adt,
+            angles: &self.angles,
+        }
+    }
+}
+
+/// Worst normalized errors of one case: (outputs, ssm state, k state, θ absolute).
+#[derive(Debug, Default, Clone, Copy)]
+struct Errors {
+    out: f64,
+    ssm: f64,
+    k: f64,
+    theta: f64,
+}
+
+/// Golden prefix → state; GPU `step_tokens` over the call's tokens vs golden `step`.
+fn run_case<X: Activation>(gpu: &Gpu, stream: &Arc<CudaStream>, case: Case, seed: u64) -> Errors {
+    let all = case.inputs::<X>(seed);
+    let total = case.prefix + case.tokens;
+    let mut state = if case.prefix > 0 {
+        golden::forward_recurrent(&all.token_slice(0, case.prefix).unwrap())
+            .unwrap()
+            .final_states
+    } else {
+        FinalStates::zeros(&all.geometry).unwrap()
+    };
+    quantize_state::<X>(&mut state);
+    let call = all.token_slice(case.prefix, total).unwrap();
+    let dev = Device::<X>::upload(stream, &call);
+    let config = case.config(call.norm.as_ref().map_or(1e-5, |n| n.eps));
+    let mut gpu_state = DecodeState::from_host(stream, config, &host_state::<X>(&state)).unwrap();
+    let mut out = stream
+        .alloc_zeros::<X>(config.output_len(case.tokens))
+        .unwrap();
+    decode::step_tokens(
+        gpu,
+        stream,
+        &mut gpu_state,
+        &dev.weights(),
+        &dev.inputs(),
+        case.tokens,
+        &mut out,
+    )
+    .unwrap();
+    let want = golden::step(&call, &mut state).unwrap();
+    let got = to_f64(&stream.clone_dtoh(&out).unwrap());
+    let host = gpu_state.to_host(stream).unwrap();
+    let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
+    let theta: Vec<f64> = host.theta.iter().map(|x| *x as f64).collect();
+    Errors {
+        out: normalized(&got, &want),
+        ssm: normalized(&ssm, &state.ssm),
+        k: normalized(&to_f64(&host.k), &state.k),
+        theta: angle_err(&theta, &state.theta),
+    }
+}
+
+fn tolerance(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::F32 => 2e-6,
+        Dtype::Bf16 => 1e-2,
+    }
+}
+
+fn check<X: Activation>(gpu: &Gpu, stream: &Arc<CudaStream>, case: Case, seed: u64) -> Errors {
+    let e = run_case::<X>(gpu, stream, case, seed);
+    let tol = tolerance(X::DTYPE);
+    eprintln!(
+        "{:?} {case:?}: out {:.2e} ssm {:.2e} k {:.2e} θ(abs) {:.2e}",
+        X::DTYPE,
+        e.out,
+        e.ssm,
+        e.k,
+        e.theta
+    );
+    assert!(
+        e.out <= tol,
+        "{:?} output error {:e} > {tol:e} for {case:?}",
+        X::DTYPE,
+        e.out
+    );
+    assert!(
+        e.ssm <= tol,
+        "{:?} ssm state error {:e} > {tol:e} for {case:?}",
+        X::DTYPE,
+        e.ssm
+    );
+    assert!(
+        e.k <= tol,
+        "{:?} k state error {:e} > {tol:e} for {case:?}",
+        X::DTYPE,
+        e.k
+    );
+    assert!(e.theta <= 1e-5, "θ error {:e} for {case:?}", e.theta);
+    e
+}
+
+const REFERENCE: Case = Case {
+    batch: 2,
+    heads: 64,
+    groups: 1,
+    rank: 4,
+    n: 128,
+    p: 64,
+    na: 32,
+    prefix: 24,
+    tokens: 1,
+    rotation: Rotation::HalfSplit,
+    mode: OutputMode::Gated,
+    has_z: true,
+    has_d: true,
+};
+
+#[test]
+fn decode_matches_golden_on_the_reference_geometry() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    let mut worst = [Errors::default(); 2];
+    for (i, tokens) in [1usize, 8].into_iter().enumerate() {
+        for mode in [
+            OutputMode::Gated,
+            OutputMode::FusedNorm,
+            OutputMode::Prereduce,
+        ] {
+            for rotation in [Rotation::HalfSplit, Rotation::Pairwise] {
+                let case = Case {
+                    tokens,
+                    mode,
+                    rotation,
+                    ..REFERENCE
+                };
+                let seed = 100 + i as u64;
+                for (slot, e) in [
+                    (0, check::<f32>(&gpu, &stream, case, seed)),
+                    (1, check::<bf16>(&gpu, &stream, case, seed)),
+                ] {
+                    worst[slot].out = worst[slot].out.max(e.out);
+                    worst[slot].ssm = worst[slot].ssm.max(e.ssm);
+                }
+            }
+        }
+    }
+    eprintln!(
+        "decode H=64 P=64 N=128 R=4: worst f32 {:?}, worst bf16 {:?}",
+        worst[0], worst[1]
+    );
+}
+
+fn arb_case() -> impl Strategy<Value = Case> {
+    (
+        (
+            1usize..=3,
+            1usize..=4,
+            0usize..3,
+            prop::sample::select(vec![1usize, 2, 4, 8]),
+        ),
+        (1usize..=80, 1usize..=72, 0usize..=9, 1usize..=5),
+        (
+            0usize..3,
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            0u32..1000,
+        ),
+    )
+        .prop_map(
+            |(
+                (batch, hm, gsel, rank),
+                (half_n, p, prefix, tokens),
+                (mode, pair, has_z, has_d, frac),
+            )| {
+                let groups = [1, 2, 4][gsel];
+                let n = 2 * half_n;
+                let mode = [
+                    OutputMode::Gated,
+                    OutputMode::FusedNorm,
+                    OutputMode::Prereduce,
+                ][mode];
+                Case {
+                    batch,
+                    heads: groups * hm,
+                    groups,
+                    rank,
+                    n,
+                    p,
+                    na: (half_n as u32 * frac / 1000) as usize + (frac % 2) as usize,
+                    prefix,
+                    tokens,
+                    rotation: if pair {
+                        Rotation::Pairwise
+                    } else {
+                        Rotation::HalfSplit
+                    },
+                    mode,
+                    has_z: has_z || mode == OutputMode::FusedNorm,
+                    has_d,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decode_matches_golden_over_random_geometries(case in arb_case(), bf16_dtype in any::<bool>(), seed in 0u64..1000) {
+        let Some(gpu) = common::gpu() else { return Ok(()) };
+        let stream = gpu.context().new_stream().unwrap();
+        if bf16_dtype {
+            check::<bf16>(&gpu, &stream, case, seed);
+        } else {
+            check::<f32>(&gpu, &stream, case, seed);
+        }
+    }
+}
+
+/// Prefill through the golden forward's final states (the hand-off tensors), then `T` GPU tokens,
+/// equals the golden forward over `S + T`.
+#[test]
+fn forward_then_step_tokens_equals_longer_forward() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    for (tokens, mode) in [
+        (1, OutputMode::Gated),
+        (8, OutputMode::FusedNorm),
+        (5, OutputMode::Prereduce),
+    ] {
+        let case = Case {
+            batch: 3,
+            heads: 8,
+            groups: 2,
+            prefix: 61,
+            tokens,
+            mode,
+            ..REFERENCE
+        };
+        let all = case.inputs::<f32>(7);
+        let prefix =
+            golden::forward_chunked(&all.token_slice(0, case.prefix).unwrap(), 16).unwrap();
+        let full = golden::forward_recurrent(&all).unwrap();
+        let call = all.token_slice(case.prefix, case.prefix + tokens).unwrap();
+        let dev = Device::<f32>::upload(&stream, &call);
+        let config = case.config(call.norm.as_ref().map_or(1e-5, |n| n.eps));
+        let mut state =
+            DecodeState::from_host(&stream, config, &host_state::<f32>(&prefix.final_states))
+                .unwrap();
+        let mut out = stream
+            .alloc_zeros::<f32>(config.output_len(tokens))
+            .unwrap();
+        decode::step_tokens(
+            &gpu,
+            &stream,
+            &mut state,
+            &dev.weights(),
+            &dev.inputs(),
+            tokens,
+            &mut out,
+        )
+        .unwrap();
+        let got: Vec<f64> = stream
+            .clone_dtoh(&out)
+            .unwrap()
+            .iter()
+            .map(|x| *x as f64)
+            .collect();
+        // The last `tokens` time steps of the full forward, per batch row.
+        let per_token = full.out.len() / (case.batch * (case.prefix + tokens));
+        let want: Vec<f64> = (0..case.batch)
+            .flat_map(|b| {
+                let row = b * (case.prefix + tokens) * per_token;
+                full.out[row + case.prefix * per_token..row + (case.prefix + tokens) * per_token]
+                    .to_vec()
+            })
+            .collect();
+        let e = normalized(&got, &want);
+        let host = state.to_host(&stream).unwrap();
+        let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
+        let es = normalized(&ssm, &full.final_states.ssm);
+        eprintln!("forward(S=61) + step_tokens(T={tokens}) {mode:?} vs forward(S+T): out {e:.2e} state {es:.2e}");
+        assert!(
+            e <= 2e-6 && es <= 2e-6,
+            "hand-off mismatch: out {e:e}, state {es:e}"
+        );
+    }
+}
+
+#[test]
+fn graph_replay_is_bitwise_equal_to_eager() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    for tokens in [1, 4] {
+        let case = Case {
+            batch: 4,
+            tokens,
+            prefix: 0,
+            ..REFERENCE
+        };
+        let calls: Vec<Mamba3Inputs> = (0..3).map(|i| case.inputs::<bf16>(50 + i)).collect();
+        let start = FinalStates::zeros(&case.geometry(1)).unwrap();
+        let config = case.config(1e-5);
+        let devs: Vec<Device<bf16>> = calls.iter().map(|c| Device::upload(&stream, c)).collect();
+
+        let mut eager =
+            DecodeState::from_host(&stream, config, &host_state::<bf16>(&start)).unwrap();
+        let mut eager_out = Vec::new();
+        for dev in &devs {
+            let mut out = stream
+                .alloc_zeros::<bf16>(config.output_len(tokens))
+                .unwrap();
+            decode::step_tokens(
+                &gpu,
+                &stream,
+                &mut eager,
+                &dev.weights(),
+                &dev.inputs(),
+                tokens,
+                &mut out,
+            )
+            .unwrap();
+            eager_out.push(stream.clone_dtoh(&out).unwrap());
+        }
+
+        let weights = devs[0].weights();
+        let state = DecodeState::from_host(&stream, config, &host_state::<bf16>(&start)).unwrap();
+        let mut graph = DecodeGraph::capture(&gpu, &stream, state, &weights, tokens).unwrap();
+        for (dev, want) in devs.iter().zip(&eager_out) {
+            let b = graph.buffers_mut();
+            stream.memcpy_dtod(&dev.q, &mut b.q).unwrap();
+            stream.memcpy_dtod(&dev.k, &mut b.k).unwrap();
+            stream.memcpy_dtod(&dev.v, &mut b.v).unwrap();
+            stream
+                .memcpy_dtod(dev.z.as_ref().unwrap(), b.z.as_mut().unwrap())
+                .unwrap();
+            stream.memcpy_dtod(&dev.trap, &mut b.trap).unwrap();
+            stream.memcpy_dtod(&dev.dt, &mut b.dt).unwrap();
+            stream.memcpy_dtod(&dev.adt, &mut b.adt).unwrap();
+            stream.memcpy_dtod(&dev.angles, &mut b.angles).unwrap();
+            graph.replay().unwrap();
+            let got = stream.clone_dtoh(&graph.buffers().out).unwrap();
+            assert!(
+                got.iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "graph output differs from eager"
+            );
+        }
+        let from_graph = graph.into_state().to_host(&stream).unwrap();
+        let from_eager = eager.to_host(&stream).unwrap();
+        assert_eq!(
+            from_graph
+                .ssm
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>(),
+            from_eager
+                .ssm
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(from_graph, from_eager, "graph state differs from eager");
+        eprintln!("graph replay T={tokens}: 3 replays bitwise equal to eager");
+    }
+}
+
+#[test]
+fn reset_rows_zeroes_only_the_chosen_rows() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    let case = Case {
+        batch: 3,
+        heads: 4,
+        prefix: 5,
+        ..REFERENCE
+    };
+    let all = case.inputs::<f32>(9);
+    let prefix = golden::forward_recurrent(&all.token_slice(0, case.prefix).unwrap()).unwrap();
+    let host = host_state::<f32>(&prefix.final_states);
+    let mut state = DecodeState::from_host(&stream, case.config(1e-5), &host).unwrap();
+    state.reset_rows(&stream, &[1]).unwrap();
+    let after = state.to_host(&stream).unwrap();
+    let (h, n, p, na, r) = (case.heads, case.n, case.p, case.na, case.rank);
+    for b in 0..3 {
+        let zeroed = b == 1;
+        let rows: [(&[f32], &[f32], usize); 4] = [
+            (&after.theta, &host.theta, h * na),
+            (&after.ssm, &host.ssm, h * p * n),
+            (&after.k, &host.k, r * h * n),
+            (&after.v, &host.v, h * p),
+        ];
+        for (got, before, len) in rows {
+            let range = b * len..(b + 1) * len;
+            if zeroed {
+                assert!(got[range].iter().all(|x| *x == 0.0), "row {b} not zeroed");
+            } else {
+                assert_eq!(&got[range.clone()], &before[range], "row {b} changed");
+            }
+        }
+    }
+    let err = state.reset_rows(&stream, &[3]).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "rows", .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_inputs_are_rejected_before_launch() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    let case = Case {
+        batch: 2,
+        heads: 4,
+        prefix: 0,
+        ..REFERENCE
+    };
+    let call = case.inputs::<f32>(3);
+    let dev = Device::<f32>::upload(&stream, &call);
+    let config = case.config(1e-5);
+    let mut state = DecodeState::<f32>::new(&stream, config).unwrap();
+    let mut out = stream.alloc_zeros::<f32>(config.output_len(1)).unwrap();
+    let short = stream.alloc_zeros::<f32>(3).unwrap();
+    let mut inputs = dev.inputs();
+    inputs.v = &short;
+    let err =
+        decode::step(&gpu, &stream, &mut state, &dev.weights(), &inputs, &mut out).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "v", .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("(B,T,H,P)"),
+        "message should give the shape: {err}"
+    );
+    let mut weights = dev.weights();
+    weights.mimo_o = None;
+    let err =
+        decode::step(&gpu, &stream, &mut state, &weights, &dev.inputs(), &mut out).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "mimo_o", .. }),
+        "{err}"
+    );
+    let mut small_out = stream.alloc_zeros::<f32>(5).unwrap();
+    let err = decode::step(
+        &gpu,
+        &stream,
+        &mut state,
+        &dev.weights(),
+        &dev.inputs(),
+        &mut small_out,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "out", .. }),
+        "{err}"
+    );
+    // A geometry whose state tile cannot fit in shared memory: a typed error naming both figures.
+    let huge = Case {
+        batch: 1,
+        heads: 1,
+        n: 1024,
+        p: 512,
+        na: 8,
+        ..case
+    };
+    let call = huge.inputs::<f32>(4);
+    let dev = Device::<f32>::upload(&stream, &call);
+    let config = huge.config(1e-5);
+    let mut state = DecodeState::<f32>::new(&stream, config).unwrap();
+    let mut out = stream.alloc_zeros::<f32>(config.output_len(1)).unwrap();
+    let err = decode::step(
+        &gpu,
+        &stream,
+        &mut state,
+        &dev.weights(),
+        &dev.inputs(),
+        &mut out,
+    )
+    .unwrap_err();
+    match err {
+        Error::SharedMemory { needed, max, .. } => {
+            assert_eq!(needed, config.shared_memory_bytes());
+            assert_eq!(max, gpu.max_shared_memory_optin());
+        }
+        other => panic!("expected Error::SharedMemory, got {other}"),
+    }
+}
