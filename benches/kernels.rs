@@ -154,7 +154,14 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
         "upstream µs",
         "speedup"
     );
+    // MAMBA3_BENCH_BATCH=256 runs one batch size (for profilers).
+    let only_batch: Option<usize> = std::env::var("MAMBA3_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok());
     for (batch, upstream) in UPSTREAM_DECODE_US {
+        if only_batch.is_some_and(|b| b != batch) {
+            continue;
+        }
         let config = DecodeConfig {
             batch,
             heads: h,

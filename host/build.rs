@@ -9,10 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const TARGET: &str = "nvptx64-nvidia-cuda";
-const RUSTFLAGS: [&str; 3] = [
+/// Unrolling: the kernels keep per-lane vectors in fixed-size arrays indexed by constant-bound
+/// loop counters, which LLVM must unroll fully (a high threshold) or the arrays land in local
+/// memory; partial and runtime unrolling of the outer loops would only multiply live registers.
+const RUSTFLAGS: [&str; 4] = [
     "-Ctarget-cpu=sm_80",
     "-Clinker-flavor=llbc",
     "-Zunstable-options",
+    "-Cllvm-args=-unroll-threshold=4000 -unroll-allow-partial=0 -unroll-runtime=0",
 ];
 
 fn main() {
@@ -21,11 +25,13 @@ fn main() {
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let kernels = manifest.join("../kernels");
     println!("cargo:rerun-if-env-changed=MAMBA3_PTX_FILE");
-    println!("cargo:rerun-if-changed={}", kernels.join("src").display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        kernels.join("Cargo.toml").display()
-    );
+    for watched in [
+        kernels.join("src"),
+        kernels.join("Cargo.toml"),
+        manifest.join("../abi/src"),
+    ] {
+        println!("cargo:rerun-if-changed={}", watched.display());
+    }
 
     let ptx = match env::var_os("MAMBA3_PTX_FILE") {
         Some(file) => PathBuf::from(file),
@@ -33,7 +39,32 @@ fn main() {
     };
     let text =
         std::fs::read_to_string(&ptx).unwrap_or_else(|e| panic!("reading {}: {e}", ptx.display()));
+    let text = add_launch_bounds(&text, mamba3_abi::LAUNCH_BOUNDS);
     std::fs::write(out_dir.join("mamba3_kernels.ptx"), text).expect("writing the embedded PTX");
+}
+
+/// Inserts `.maxntid` / `.minnctapersm` (PTX ISA §11.4) after the parameter list of every entry
+/// point a row of `bounds` names: rustc's nvptx backend has no attribute for them.
+fn add_launch_bounds(ptx: &str, bounds: &[mamba3_abi::LaunchBounds]) -> String {
+    let mut out = String::with_capacity(ptx.len() + 1024);
+    let mut pending: Option<&mamba3_abi::LaunchBounds> = None;
+    for line in ptx.lines() {
+        if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
+            let name = name.split('(').next().unwrap_or(name).trim();
+            pending = bounds.iter().find(|b| name.starts_with(b.prefix));
+        }
+        if line.trim() == "{" {
+            if let Some(b) = pending.take() {
+                out.push_str(&format!(
+                    ".maxntid {}, 1, 1\n.minnctapersm {}\n",
+                    b.max_threads, b.min_blocks_per_sm
+                ));
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// `<target>/<profile>/build/<pkg>/out` → `<target>/nvptx-kernels`, shared by every host profile

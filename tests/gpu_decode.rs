@@ -540,6 +540,8 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         let config = case.config(1e-5);
         let devs: Vec<Device<bf16>> = calls.iter().map(|c| Device::upload(&stream, c)).collect();
 
+        // Every call uses the first call's weights: a graph bakes its weight buffers in.
+        let weights = devs[0].weights();
         let mut eager =
             DecodeState::from_host(&stream, config, &host_state::<bf16>(&start)).unwrap();
         let mut eager_out = Vec::new();
@@ -551,7 +553,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
                 &gpu,
                 &stream,
                 &mut eager,
-                &dev.weights(),
+                &weights,
                 &dev.inputs(),
                 tokens,
                 &mut out,
@@ -560,7 +562,6 @@ fn graph_replay_is_bitwise_equal_to_eager() {
             eager_out.push(stream.clone_dtoh(&out).unwrap());
         }
 
-        let weights = devs[0].weights();
         let state = DecodeState::from_host(&stream, config, &host_state::<bf16>(&start)).unwrap();
         let mut graph = DecodeGraph::capture(&gpu, &stream, state, &weights, tokens).unwrap();
         for (dev, want) in devs.iter().zip(&eager_out) {
@@ -694,29 +695,25 @@ fn bad_inputs_are_rejected_before_launch() {
         matches!(err, Error::InvalidArgument { arg: "out", .. }),
         "{err}"
     );
-    // A geometry whose state tile cannot fit in shared memory: a typed error naming both figures.
+    // Several tokens of a geometry whose state tile cannot fit in shared memory: a typed error
+    // naming both figures.
     let huge = Case {
         batch: 1,
         heads: 1,
         n: 1024,
         p: 512,
         na: 8,
+        tokens: 2,
         ..case
     };
     let call = huge.inputs::<f32>(4);
     let dev = Device::<f32>::upload(&stream, &call);
     let config = huge.config(1e-5);
     let mut state = DecodeState::<f32>::new(&stream, config).unwrap();
-    let mut out = stream.alloc_zeros::<f32>(config.output_len(1)).unwrap();
-    let err = decode::step(
-        &gpu,
-        &stream,
-        &mut state,
-        &dev.weights(),
-        &dev.inputs(),
-        &mut out,
-    )
-    .unwrap_err();
+    let mut out = stream.alloc_zeros::<f32>(config.output_len(2)).unwrap();
+    let (weights, inputs) = (dev.weights(), dev.inputs());
+    let err =
+        decode::step_tokens(&gpu, &stream, &mut state, &weights, &inputs, 2, &mut out).unwrap_err();
     match err {
         Error::SharedMemory { needed, max, .. } => {
             assert_eq!(needed, config.shared_memory_bytes());

@@ -23,7 +23,7 @@ pub mod rotation {
 }
 
 /// Warps per block of the decode kernel.
-pub const DECODE_WARPS: u32 = 8;
+pub const DECODE_WARPS: u32 = 4;
 
 /// Parameters of one decode call over `tokens` consecutive tokens (spec §2.1 step by step).
 ///
@@ -103,10 +103,32 @@ pub const fn align4(x: u32) -> u32 {
     x.div_ceil(4) * 4
 }
 
+/// Row stride of the decode kernel's shared state tile: `N + 4` floats when `N` is a multiple of 4,
+/// so that lane-per-row `ld.shared.v4` accesses of a warp fall in distinct banks and stay 16-byte
+/// aligned; `N` otherwise (scalar accesses).
+pub const fn decode_state_stride(n: u32) -> u32 {
+    if n % 4 == 0 {
+        n + 4
+    } else {
+        n
+    }
+}
+
+/// Column splits of the decode state update: a warp owns 32 rows (one per lane) of one split, and
+/// the splits of `P.div_ceil(32)` row sets fill the block's warps.
+pub const fn decode_column_splits(p: u32) -> u32 {
+    let row_sets = p.div_ceil(32);
+    if row_sets >= DECODE_WARPS {
+        1
+    } else {
+        DECODE_WARPS / row_sets
+    }
+}
+
 /// Shared-memory regions of the decode kernel, offsets in f32 elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeSmem {
-    /// State tile `(P,N)`.
+    /// State tile `(P,N)`, rows [`decode_state_stride`] floats apart.
     pub state: u32,
     /// Rotated q of the current token `(R,N)`.
     pub q_rot: u32,
@@ -116,12 +138,18 @@ pub struct DecodeSmem {
     pub v: u32,
     /// z of the current token `(P)`.
     pub z: u32,
-    /// Per-rank outputs `(R,P)` (fused-norm mode).
+    /// Per-rank outputs `(R,P)`.
     pub y: u32,
+    /// Partial read-outs of the column splits `(splits,R,P)`.
+    pub y_part: u32,
     /// Angles `(Na)`.
     pub theta: u32,
     /// Per-rank inverse RMS `(R)`.
     pub rstd: u32,
+    /// This head's `mimo_v`, `mimo_z`, `mimo_o` `(3,R,P)` and norm weight `(P)`.
+    pub weights: u32,
+    /// Per-token row weights `β·v_prev·mimo_v` then `γ·v·mimo_v`, `(2,R,P)`.
+    pub row_weights: u32,
     /// Total size in f32 elements.
     pub total: u32,
 }
@@ -130,14 +158,17 @@ impl DecodeSmem {
     /// The layout for rank `r`, state size `n`, head dim `p`, angles `na`.
     pub const fn new(r: u32, n: u32, p: u32, na: u32) -> Self {
         let state = 0;
-        let q_rot = state + align4(p * n);
+        let q_rot = state + align4(p * decode_state_stride(n));
         let k_rot = q_rot + align4(r * n);
         let v = k_rot + 2 * align4(r * n);
         let z = v + 2 * align4(p);
         let y = z + align4(p);
-        let theta = y + align4(r * p);
+        let y_part = y + align4(r * p);
+        let theta = y_part + align4(decode_column_splits(p) * r * p);
         let rstd = theta + align4(na);
-        let total = rstd + align4(r);
+        let weights = rstd + align4(r);
+        let row_weights = weights + align4(3 * r * p + p);
+        let total = row_weights + align4(2 * r * p);
         DecodeSmem {
             state,
             q_rot,
@@ -145,8 +176,11 @@ impl DecodeSmem {
             v,
             z,
             y,
+            y_part,
             theta,
             rstd,
+            weights,
+            row_weights,
             total,
         }
     }
@@ -156,3 +190,36 @@ impl DecodeSmem {
         4 * self.total
     }
 }
+
+/// PTX performance directives for a family of entry points (rustc has no attribute for them, so
+/// the host build script writes them into the PTX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchBounds {
+    /// Entry points whose name starts with this.
+    pub prefix: &'static str,
+    /// `.maxntid`: the block size every launch uses.
+    pub max_threads: u32,
+    /// `.minnctapersm`: blocks that must fit on one SM at once (caps registers per thread).
+    pub min_blocks_per_sm: u32,
+}
+
+/// Launch bounds of every kernel family that declares them (first matching row wins).
+pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
+    // Decode at one token is bound by each block's chain of dependent loads, so throughput comes
+    // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs four (≤ 128).
+    LaunchBounds {
+        prefix: "decode_f32_r8",
+        max_threads: 32 * DECODE_WARPS,
+        min_blocks_per_sm: 4,
+    },
+    LaunchBounds {
+        prefix: "decode_bf16_r8",
+        max_threads: 32 * DECODE_WARPS,
+        min_blocks_per_sm: 4,
+    },
+    LaunchBounds {
+        prefix: "decode_",
+        max_threads: 32 * DECODE_WARPS,
+        min_blocks_per_sm: 5,
+    },
+];

@@ -120,13 +120,9 @@ impl DecodeConfig {
 
     /// Shared memory of one block, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
-        DecodeSmem::new(
-            self.rank as u32,
-            self.state_dim as u32,
-            self.head_dim as u32,
-            self.num_angles as u32,
-        )
-        .bytes() as usize
+        let (r, n) = (self.rank as u32, self.state_dim as u32);
+        let (p, na) = (self.head_dim as u32, self.num_angles as u32);
+        DecodeSmem::new(r, n, p, na).bytes() as usize
     }
 
     /// The kernels a call with activation type `X` launches, by symbol.

@@ -3,23 +3,27 @@
 //! One block per (head, batch row), [`DECODE_WARPS`] warps. The block stages the (P, N) state in
 //! shared memory once (`cp.async`), runs every token of the call on chip — rotary + bias, the
 //! trapezoidal update with the previous token's rotated k and raw v, the read-out, D, gate, norm and
-//! contraction — and writes the state back once. Within a token, warp `w` owns state rows
-//! `p ≡ w (mod WARPS)` and each lane the columns `n ≡ lane (mod 32)`, so the rank axis sits in
-//! registers (`R` is a const generic) and the read-out is a warp reduction.
+//! contraction — and writes the state back once. Within a token a lane owns one state row of one column split (the splits fill the warps when P
+//! is small), so the rank axis sits in registers (`R` is a const generic), the read-out needs no
+//! cross-lane reduction, and the shared vectors k̂_prev, k̂, q̂ are warp-uniform broadcast loads.
 //!
 //! # Launch contract
 //! Grid `(H, B)`, block `32·DECODE_WARPS`, dynamic shared memory `DecodeSmem::new(R, N, P, Na)`
 //! bytes; every pointer of [`DecodeParams`] valid for its documented shape (the host validates).
 
-use mamba3_abi::{align4, output_mode, rotation, DecodeParams, DecodeSmem, DECODE_WARPS};
+use mamba3_abi::{
+    align4, decode_column_splits, decode_state_stride, output_mode, rotation, DecodeParams, DecodeSmem, DECODE_WARPS,
+};
 
 use crate::arch::cp_async;
+use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_v4_f32, shfl_xor_f32, smem_base, st_shared_f32, sync_threads,
-    thread_x,
+    block_x, block_y, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32,
+    sync_threads, thread_x,
 };
 use crate::elem::Elem;
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos, tanh, wrap_two_pi};
+use crate::warp_reduce;
 
 const THREADS: u32 = 32 * DECODE_WARPS;
 
@@ -32,17 +36,6 @@ struct F32x4([f32; 4]);
 #[inline(always)]
 fn at(base: u32, region: u32, i: u32) -> u32 {
     base + 4 * (region + i)
-}
-
-/// Sum over the warp; every lane gets the total.
-#[inline(always)]
-fn warp_sum(mut v: f32) -> f32 {
-    let mut mask = 16;
-    while mask > 0 {
-        v += shfl_xor_f32(v, mask);
-        mask /= 2;
-    }
-    v
 }
 
 /// Loads f32 element `i` of a global tensor.
@@ -63,56 +56,82 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
     let (warp, lane) = (tid / 32, tid % 32);
     let (heads, n, p, na, tokens) = (prm.heads, prm.n, prm.p, prm.na, prm.tokens);
     let r_count = R as u32;
+    // Outside the state update, loops over the ranks run to an opaque bound: unrolled, they would
+    // keep every rank's values live at once and raise the whole kernel's register count.
+    let ranks = opaque_u32(r_count);
     let group = h / (heads / prm.groups);
     let lay = DecodeSmem::new(r_count, n, p, na);
     let sm = smem_base();
     let bh = b * heads + h;
     let half_n = n / 2;
+    let rp = r_count * p;
+    let (w_mimo_v, w_mimo_z, w_mimo_o, w_norm) = (lay.weights, lay.weights + rp, lay.weights + 2 * rp, lay.weights + 3 * rp);
+    let (w_prev, w_cur) = (lay.row_weights, lay.row_weights + rp);
+    let has_z = prm.z != 0;
+    let k_stride = align4(r_count * n);
+    let v_stride = align4(p);
 
     // SAFETY (whole body): indices stay inside the shapes of the launch contract; shared offsets
     // inside `lay`; barriers are reached by every thread (no early return).
     unsafe {
-        // --- Stage the state: ssm via cp.async, the small states with plain loads ---
+        // --- Stage the state (cp.async), this head's weights and the small states ---
         let ssm_block = prm.ssm + 4 * (bh as u64) * (p * n) as u64;
-        let total = p * n;
-        if total % 4 == 0 {
-            let mut c = tid;
-            while c < total / 4 {
-                cp_async::cp_async_cg_16(at(sm, lay.state, 4 * c), (ssm_block + 16 * c as u64) as *const u8);
-                c += THREADS;
+        // Stage the state (cp.async; rows padded to `stride`), awaited before the first update.
+        let stride = decode_state_stride(n);
+        let vectorized = n % 4 == 0;
+        if vectorized {
+            // A warp per row, a lane per 16-byte quad: no index division.
+            let mut row = warp;
+            while row < p {
+                let mut cq = lane;
+                while cq < n / 4 {
+                    let dst = at(sm, lay.state, row * stride + 4 * cq);
+                    let src = ssm_block + 4 * (row * n + 4 * cq) as u64;
+                    cp_async::cp_async_cg_16(dst, src as *const u8);
+                    cq += 32;
+                }
+                row += DECODE_WARPS;
             }
             cp_async::commit_group();
         } else {
             let mut i = tid;
-            while i < total {
+            while i < p * n {
                 st_shared_f32(at(sm, lay.state, i), ld(ssm_block, i));
                 i += THREADS;
             }
+        }
+        let mut i = tid;
+        while i < rp {
+            let g = h * rp + i;
+            st_shared_f32(at(sm, w_mimo_v, i), ld(prm.mimo_v, g));
+            st_shared_f32(at(sm, w_mimo_z, i), if has_z { ld(prm.mimo_z, g) } else { 0.0 });
+            st_shared_f32(at(sm, w_mimo_o, i), if prm.mimo_o != 0 { ld(prm.mimo_o, g) } else { 0.0 });
+            i += THREADS;
+        }
+        let mut i = tid;
+        while i < p {
+            let w = if prm.norm_weight != 0 { ld(prm.norm_weight, h * p + i) } else { 0.0 };
+            st_shared_f32(at(sm, w_norm, i), w);
+            // Previous-token raw v goes to buffer 0; token t reads buffer t % 2, writes (t + 1) % 2.
+            st_shared_f32(at(sm, lay.v, i), X::load(prm.v_state, (bh * p + i) as usize));
+            i += THREADS;
         }
         let mut j = tid;
         while j < na {
             st_shared_f32(at(sm, lay.theta, j), ld(prm.theta, bh * na + j));
             j += THREADS;
         }
-        // Previous-token k and v go to buffer 0; token t reads buffer t % 2 and writes (t + 1) % 2.
-        let mut i = tid;
-        while i < r_count * n {
-            let (r, col) = (i / n, i % n);
-            st_shared_f32(at(sm, lay.k_rot, i), X::load(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize));
-            i += THREADS;
+        for r in 0..ranks {
+            let mut col = tid;
+            while col < n {
+                let k = X::load(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize);
+                st_shared_f32(at(sm, lay.k_rot, r * n + col), k);
+                col += THREADS;
+            }
         }
-        let mut i = tid;
-        while i < p {
-            st_shared_f32(at(sm, lay.v, i), X::load(prm.v_state, (bh * p + i) as usize));
-            i += THREADS;
-        }
+        let d_skip = if prm.d != 0 { ld(prm.d, h) } else { 0.0 };
         cp_async::wait_group::<0>();
         sync_threads();
-
-        let has_z = prm.z != 0;
-        let d_skip = if prm.d != 0 { ld(prm.d, h) } else { 0.0 };
-        let k_stride = align4(r_count * n);
-        let v_stride = align4(p);
 
         for t in 0..tokens {
             let (prev, cur) = (t % 2, (t + 1) % 2);
@@ -126,8 +145,9 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
             let lambda = sigmoid(X::load(prm.trap, scalar as usize));
             let beta = (1.0 - lambda) * dt * alpha;
             let gamma = lambda * dt;
+            let token_hp = ((b * tokens + t) * heads + h) * p;
 
-            // --- Angles: θ += π·tanh(logit)·Δ, kept in [0, 2π) ---
+            // --- Angles (θ += π·tanh(logit)·Δ, kept in [0, 2π)); raw v, z; per-row weights ---
             let mut j = tid;
             while j < na {
                 let logit = ld(prm.angles, ((b * tokens + t) * heads + h) * na + j);
@@ -135,22 +155,27 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
                 st_shared_f32(at(sm, lay.theta, j), wrap_two_pi(theta));
                 j += THREADS;
             }
-            // Raw v and z of this token.
-            let token_hp = ((b * tokens + t) * heads + h) * p;
             let mut i = tid;
             while i < p {
-                st_shared_f32(at(sm, v_cur, i), X::load(prm.v, (token_hp + i) as usize));
+                let vc = X::load(prm.v, (token_hp + i) as usize);
+                let vp = ld_shared_f32(at(sm, v_prev, i));
+                st_shared_f32(at(sm, v_cur, i), vc);
                 if has_z {
                     st_shared_f32(at(sm, lay.z, i), X::load(prm.z, (token_hp + i) as usize));
+                }
+                for r in 0..ranks {
+                    let mv = ld_shared_f32(at(sm, w_mimo_v, r * p + i));
+                    st_shared_f32(at(sm, w_prev, r * p + i), beta * vp * mv);
+                    st_shared_f32(at(sm, w_cur, r * p + i), gamma * vc * mv);
                 }
                 i += THREADS;
             }
             sync_threads();
 
             // --- Bias, then rotation, of q and k: one thread per (rank, pair) ---
-            let mut idx = tid;
-            while idx < r_count * half_n {
-                let (r, i) = (idx / half_n, idx % half_n);
+            for r in 0..ranks {
+              let mut i = tid;
+              while i < half_n {
                 let (n0, n1) = if prm.rotation == rotation::PAIRWISE { (2 * i, 2 * i + 1) } else { (i, i + half_n) };
                 let qk_row = (((b * tokens + t) * r_count + r) * prm.groups + group) * n;
                 let bias_row = (h * r_count + r) * n;
@@ -163,73 +188,96 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
                 st_shared_f32(at(sm, lay.q_rot, r * n + n1), q0 * s + q1 * c);
                 st_shared_f32(at(sm, k_cur, r * n + n0), k0 * c - k1 * s);
                 st_shared_f32(at(sm, k_cur, r * n + n1), k0 * s + k1 * c);
-                idx += THREADS;
+                i += THREADS;
+              }
             }
             sync_threads();
 
-            // --- State update and read-out: warp per row, rank axis in registers ---
-            let mut row = warp;
-            while row < p {
-                let mut x_cur = [0.0f32; R];
-                let mut w_prev = [0.0f32; R];
-                let mut w_cur = [0.0f32; R];
-                let (vc, vp) = (ld_shared_f32(at(sm, v_cur, row)), ld_shared_f32(at(sm, v_prev, row)));
-                for r in 0..R {
-                    let mv = ld(prm.mimo_v, (h * r_count + r as u32) * p + row);
-                    x_cur[r] = vc * mv;
-                    w_prev[r] = beta * vp * mv;
-                    w_cur[r] = gamma * x_cur[r];
-                }
-                let mut acc = [0.0f32; R];
-                let mut col = lane;
-                while col < n {
-                    let cell = at(sm, lay.state, row * n + col);
-                    let mut s = alpha * ld_shared_f32(cell);
+            // --- State update and read-out ---
+            // A lane owns one state row of one column split: its row weights and its R read-out
+            // sums stay in registers (no cross-lane reduction), while k̂_prev, k̂ and q̂ of the
+            // current columns are warp-uniform broadcast loads.
+            let splits = decode_column_splits(p);
+            let mut item = warp;
+            while item < p.div_ceil(32) * splits {
+                let (set, split) = (item / splits, item % splits);
+                let row = 32 * set + lane;
+                if row < p {
+                    let mut wp = [0.0f32; R];
+                    let mut wc = [0.0f32; R];
                     for r in 0..R {
-                        let kp = ld_shared_f32(at(sm, k_prev, r as u32 * n + col));
-                        let kc = ld_shared_f32(at(sm, k_cur, r as u32 * n + col));
-                        s += w_prev[r] * kp + w_cur[r] * kc;
+                        wp[r] = ld_shared_f32(at(sm, w_prev, r as u32 * p + row));
+                        wc[r] = ld_shared_f32(at(sm, w_cur, r as u32 * p + row));
                     }
-                    st_shared_f32(cell, s);
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        *a += s * ld_shared_f32(at(sm, lay.q_rot, r as u32 * n + col));
+                    let mut acc = [0.0f32; R];
+                    let state_row = at(sm, lay.state, row * stride);
+                    if vectorized {
+                        let quads = n / 4;
+                        let span = quads.div_ceil(splits);
+                        let mut qd = split * span;
+                        while qd < quads.min((split + 1) * span) {
+                            let col = 4 * qd;
+                            let mut s4 = ld_shared_v4_f32(state_row + 4 * col);
+                            for v in s4.iter_mut() {
+                                *v *= alpha;
+                            }
+                            for r in 0..R {
+                                let kp = ld_shared_v4_f32(at(sm, k_prev, r as u32 * n + col));
+                                let kc = ld_shared_v4_f32(at(sm, k_cur, r as u32 * n + col));
+                                for e in 0..4 {
+                                    s4[e] = fma_rn(wp[r], kp[e], fma_rn(wc[r], kc[e], s4[e]));
+                                }
+                            }
+                            st_shared_v4_f32(state_row + 4 * col, s4);
+                            for r in 0..R {
+                                let q4 = ld_shared_v4_f32(at(sm, lay.q_rot, r as u32 * n + col));
+                                for e in 0..4 {
+                                    acc[r] = fma_rn(s4[e], q4[e], acc[r]);
+                                }
+                            }
+                            qd += 1;
+                        }
+                    } else {
+                        let span = n.div_ceil(splits);
+                        let mut col = split * span;
+                        while col < n.min((split + 1) * span) {
+                            let mut s = alpha * ld_shared_f32(state_row + 4 * col);
+                            for r in 0..R {
+                                let kp = ld_shared_f32(at(sm, k_prev, r as u32 * n + col));
+                                let kc = ld_shared_f32(at(sm, k_cur, r as u32 * n + col));
+                                s = fma_rn(wp[r], kp, fma_rn(wc[r], kc, s));
+                            }
+                            st_shared_f32(state_row + 4 * col, s);
+                            for r in 0..R {
+                                acc[r] = fma_rn(s, ld_shared_f32(at(sm, lay.q_rot, r as u32 * n + col)), acc[r]);
+                            }
+                            col += 1;
+                        }
                     }
-                    col += 32;
+                    for r in 0..R {
+                        st_shared_f32(at(sm, lay.y_part, (split * r_count + r as u32) * p + row), acc[r]);
+                    }
                 }
-                // Lane r < R finishes rank r (compile-time indices only: no local memory).
-                let mut y_mine = 0.0f32;
-                for r in 0..R {
-                    let y = warp_sum(acc[r]) + d_skip * x_cur[r];
-                    if lane == r as u32 {
-                        y_mine = y;
-                    }
-                }
-                let mut contribution = 0.0f32;
-                if lane < r_count {
-                    let rp = (h * r_count + lane) * p + row;
-                    let gate = if has_z { silu(ld_shared_f32(at(sm, lay.z, row)) * ld(prm.mimo_z, rp)) } else { 1.0 };
-                    match prm.mode {
-                        output_mode::PREREDUCE => X::store(
-                            prm.out,
-                            ((((b * tokens + t) * r_count + lane) * heads + h) * p + row) as usize,
-                            y_mine * gate,
-                        ),
-                        output_mode::FUSED_NORM => st_shared_f32(at(sm, lay.y, lane * p + row), y_mine),
-                        _ => contribution = y_mine * gate * ld(prm.mimo_o, rp),
-                    }
-                }
-                if prm.mode == output_mode::GATED {
-                    let out = warp_sum(contribution);
-                    if lane == 0 {
-                        X::store(prm.out, (token_hp + row) as usize, out);
-                    }
-                }
-                row += DECODE_WARPS;
+                item += DECODE_WARPS;
             }
+            sync_threads();
+            // y_r[row] = Σ over splits + D·x.
+            for r in 0..ranks {
+                let mut row = tid;
+                while row < p {
+                    let idx = r * p + row;
+                    let mut y = d_skip * ld_shared_f32(at(sm, v_cur, row)) * ld_shared_f32(at(sm, w_mimo_v, idx));
+                    for sp in 0..splits {
+                        y += ld_shared_f32(at(sm, lay.y_part, (sp * r_count + r) * p + row));
+                    }
+                    st_shared_f32(at(sm, lay.y, idx), y);
+                    row += THREADS;
+                }
+            }
+            sync_threads();
 
-            // --- Fused head-wise RMSNorm over P per rank, then gate and contraction ---
+            // --- Outputs: gate, optional head-wise RMSNorm over P per rank, contraction ---
             if prm.mode == output_mode::FUSED_NORM {
-                sync_threads();
                 let mut r = warp;
                 while r < r_count {
                     let mut sq = 0.0f32;
@@ -239,23 +287,40 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
                         sq += v * v;
                         i += 32;
                     }
-                    let total_sq = warp_sum(sq);
+                    let total_sq = warp_reduce::sum(sq);
                     if lane == 0 {
                         st_shared_f32(at(sm, lay.rstd, r), rsqrt(total_sq / p as f32 + prm.norm_eps));
                     }
                     r += DECODE_WARPS;
                 }
                 sync_threads();
+            }
+            let gate = |r: u32, i: u32| {
+                if has_z {
+                    silu(ld_shared_f32(at(sm, lay.z, i)) * ld_shared_f32(at(sm, w_mimo_z, r * p + i)))
+                } else {
+                    1.0
+                }
+            };
+            if prm.mode == output_mode::PREREDUCE {
+                for r in 0..ranks {
+                    let mut i = tid;
+                    while i < p {
+                        let y = ld_shared_f32(at(sm, lay.y, r * p + i)) * gate(r, i);
+                        X::store(prm.out, ((((b * tokens + t) * r_count + r) * heads + h) * p + i) as usize, y);
+                        i += THREADS;
+                    }
+                }
+            } else {
+                let norm = prm.mode == output_mode::FUSED_NORM;
                 let mut i = tid;
                 while i < p {
-                    let zv = if has_z { ld_shared_f32(at(sm, lay.z, i)) } else { 0.0 };
-                    let w = ld(prm.norm_weight, h * p + i);
+                    let w = if norm { ld_shared_f32(at(sm, w_norm, i)) } else { 1.0 };
                     let mut out = 0.0f32;
-                    for r in 0..r_count {
-                        let rp = (h * r_count + r) * p + i;
-                        let gate = if has_z { silu(zv * ld(prm.mimo_z, rp)) } else { 1.0 };
-                        let yn = ld_shared_f32(at(sm, lay.y, r * p + i)) * ld_shared_f32(at(sm, lay.rstd, r));
-                        out += yn * w * gate * ld(prm.mimo_o, rp);
+                    for r in 0..ranks {
+                        let rstd = if norm { ld_shared_f32(at(sm, lay.rstd, r)) } else { 1.0 };
+                        let y = ld_shared_f32(at(sm, lay.y, r * p + i)) * rstd;
+                        out += y * w * gate(r, i) * ld_shared_f32(at(sm, w_mimo_o, r * p + i));
                     }
                     X::store(prm.out, (token_hp + i) as usize, out);
                     i += THREADS;
@@ -265,16 +330,20 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
         }
 
         // --- Write the state back once ---
-        if total % 4 == 0 {
-            let mut c = tid;
-            while c < total / 4 {
-                let quad = ld_shared_v4_f32(at(sm, lay.state, 4 * c));
-                *((ssm_block + 16 * c as u64) as *mut F32x4) = F32x4(quad);
-                c += THREADS;
+        if vectorized {
+            let mut row = warp;
+            while row < p {
+                let mut cq = lane;
+                while cq < n / 4 {
+                    let quad = ld_shared_v4_f32(at(sm, lay.state, row * stride + 4 * cq));
+                    *((ssm_block + 4 * (row * n + 4 * cq) as u64) as *mut F32x4) = F32x4(quad);
+                    cq += 32;
+                }
+                row += DECODE_WARPS;
             }
         } else {
             let mut i = tid;
-            while i < total {
+            while i < p * n {
                 *((ssm_block as *mut f32).add(i as usize)) = ld_shared_f32(at(sm, lay.state, i));
                 i += THREADS;
             }
@@ -285,12 +354,13 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
             j += THREADS;
         }
         let last = tokens % 2;
-        let mut i = tid;
-        while i < r_count * n {
-            let (r, col) = (i / n, i % n);
-            let v = ld_shared_f32(at(sm, lay.k_rot + last * k_stride, i));
-            X::store(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize, v);
-            i += THREADS;
+        for r in 0..ranks {
+            let mut col = tid;
+            while col < n {
+                let v = ld_shared_f32(at(sm, lay.k_rot + last * k_stride, r * n + col));
+                X::store(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize, v);
+                col += THREADS;
+            }
         }
         let mut i = tid;
         while i < p {
@@ -299,7 +369,6 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
         }
     }
 }
-
 
 macro_rules! decode_entry {
     ($($name:ident: $x:ty, $r:literal;)*) => {$(

@@ -14,6 +14,7 @@ pub mod elem;
 pub mod frag;
 pub mod math;
 pub mod primitives;
+pub mod warp_reduce;
 pub mod warp_scan;
 
 /// Kernels never unwind; a panic (out-of-range index in a debug build) traps the whole grid.

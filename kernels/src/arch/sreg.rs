@@ -159,3 +159,26 @@ pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
     unsafe { asm!("ld.shared.b32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack, readonly)) };
     v
 }
+
+/// `x`, hidden from the optimizer (`mov.u32`): a loop bounded by it is not unrolled, which keeps
+/// large loop bodies from being replicated (and their registers multiplied).
+#[inline(always)]
+pub fn opaque_u32(x: u32) -> u32 {
+    let y: u32;
+    // SAFETY: register move.
+    unsafe { asm!("mov.u32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack)) };
+    y
+}
+
+/// `st.shared.v4.f32` at a shared-space address (PTX ISA §9.7.9.10).
+///
+/// # Safety
+/// `addr` must be 16-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v4_f32(addr: u32, v: [f32; 4]) {
+    // SAFETY: the caller guarantees the address is in bounds and aligned.
+    unsafe {
+        asm!("st.shared.v4.f32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg32) addr, a = in(reg32) v[0],
+             b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack))
+    };
+}
