@@ -107,7 +107,7 @@ pub const fn align4(x: u32) -> u32 {
 /// so that lane-per-row `ld.shared.v4` accesses of a warp fall in distinct banks and stay 16-byte
 /// aligned; `N` otherwise (scalar accesses).
 pub const fn decode_state_stride(n: u32) -> u32 {
-    if n % 4 == 0 {
+    if n.is_multiple_of(4) {
         n + 4
     } else {
         n
@@ -206,16 +206,16 @@ pub struct LaunchBounds {
 /// Launch bounds of every kernel family that declares them (first matching row wins).
 pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
     // Decode at one token is bound by each block's chain of dependent loads, so throughput comes
-    // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs four (≤ 128).
+    // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs three (≤ 168).
     LaunchBounds {
         prefix: "decode_f32_r8",
         max_threads: 32 * DECODE_WARPS,
-        min_blocks_per_sm: 4,
+        min_blocks_per_sm: 3,
     },
     LaunchBounds {
         prefix: "decode_bf16_r8",
         max_threads: 32 * DECODE_WARPS,
-        min_blocks_per_sm: 4,
+        min_blocks_per_sm: 3,
     },
     LaunchBounds {
         prefix: "decode_",
