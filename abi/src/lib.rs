@@ -239,8 +239,8 @@ pub struct ForwardParams {
     pub norm_eps: f32,
 }
 
-/// Time steps per side of one score tile of the forward kernel for rank `r`: tiles are
-/// `forward_tile_times(r)·r` rows square (4 rows for r ≤ 4, 8 for r = 8).
+/// The forward kernel pads the chunk to a multiple of this many time steps for rank `r`, so that
+/// the rank-flattened rows `cp·r` are a whole number of its 4-row score tiles.
 pub const fn forward_tile_times(r: u32) -> u32 {
     if r >= 4 || r == 0 {
         1
@@ -273,8 +273,11 @@ pub struct ForwardSmem {
     pub x: u32,
     /// Raw per-rank outputs y `(rows, p4)`.
     pub y: u32,
-    /// Weighted, masked scores `(rows, rows)`.
+    /// Raw scores `q̂·k̂` `(rows, rows)`.
     pub w: u32,
+    /// Score weights per pair of times `(cp, cp)`: `c_{i'}·exp(A_i − A_{i'})` below the
+    /// diagonal, `γ_i` on it, 0 above.
+    pub seg: u32,
     /// Chunk-local inclusive log-decay prefix `A_i` `(cp)`.
     pub a_cs: u32,
     /// `exp(A_i)` `(cp)`.
@@ -314,7 +317,8 @@ impl ForwardSmem {
         let x = k + align4(rows * n_stride);
         let y = x + align4(rows * p4);
         let w = y + align4(rows * p4);
-        let a_cs = w + align4(rows * rows);
+        let seg = w + align4(rows * rows);
+        let a_cs = seg + align4(cp * cp);
         let exp_a = a_cs + align4(cp);
         let gamma = exp_a + align4(cp);
         let c_scale = gamma + align4(cp);
@@ -336,6 +340,7 @@ impl ForwardSmem {
             x,
             y,
             w,
+            seg,
             a_cs,
             exp_a,
             gamma,
@@ -375,6 +380,7 @@ pub const fn forward_smem_bytes(r: u64, n: u64, p: u64, na: u64, chunk: u64) -> 
         mul(2, a4(mul(rows, ns))),
         mul(2, a4(mul(rows, p4))),
         a4(mul(rows, rows)),
+        a4(mul(cp, cp)),
         mul(5, a4(cp)),
         a4(rows),
         mul(2, a4(mul(cp, na))),

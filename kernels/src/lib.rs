@@ -9,6 +9,8 @@
 #![allow(internal_features)]
 
 pub mod arch;
+pub mod chunked_forward;
+pub mod elem;
 pub mod frag;
 pub mod math;
 pub mod primitives;
