@@ -699,3 +699,102 @@ fn emulated_kernel_matches_golden_on_small_geometries() {
         cases.len()
     );
 }
+
+/// The GPU suite's small geometries plus short versions of upstream's, in emulation (slow: run on
+/// demand with `--ignored`).
+#[test]
+#[ignore]
+fn emulated_kernel_matches_golden_on_gpu_suite_geometries() {
+    use OutputMode::*;
+    use Rotation::*;
+    let mut cases = vec![
+        (
+            geo(2, 100, 4, 1, 3, 32, 16, 8),
+            16,
+            opts(HalfSplit, Gated, true, true),
+        ),
+        (
+            geo(1, 77, 4, 2, 4, 64, 32, 16),
+            12,
+            opts(Pairwise, FusedNorm, true, true),
+        ),
+        (
+            geo(2, 61, 2, 1, 2, 16, 24, 8),
+            7,
+            opts(HalfSplit, Prereduce, false, true),
+        ),
+        (
+            geo(1, 45, 8, 1, 2, 32, 8, 3),
+            5,
+            opts(Pairwise, Gated, false, false),
+        ),
+        (
+            geo(1, 33, 1, 3, 3, 128, 64, 32),
+            64,
+            opts(HalfSplit, FusedNorm, true, false),
+        ),
+        (
+            geo(1, 1, 4, 1, 2, 128, 64, 32),
+            16,
+            opts(HalfSplit, Gated, true, true),
+        ),
+        (
+            geo(2, 1, 2, 2, 2, 6, 5, 1),
+            1,
+            opts(Pairwise, Prereduce, true, false),
+        ),
+        (
+            geo(1, 19, 4, 1, 1, 10, 7, 2),
+            1,
+            opts(HalfSplit, FusedNorm, false, true),
+        ),
+        (
+            geo(1, 50, 2, 2, 4, 48, 33, 0),
+            24,
+            opts(HalfSplit, Gated, true, true),
+        ),
+        (
+            geo(2, 130, 4, 1, 2, 128, 64, 64),
+            16,
+            opts(Pairwise, Prereduce, true, true),
+        ),
+        (
+            geo(1, 70, 8, 1, 2, 64, 64, 16),
+            8,
+            opts(HalfSplit, FusedNorm, true, true),
+        ),
+        (
+            geo(1, 9, 1, 1, 1, 2, 1, 1),
+            3,
+            opts(Pairwise, Gated, true, false),
+        ),
+    ];
+    for (n, p, r, c) in [
+        (16, 64, 4, 8),
+        (256, 64, 4, 8),
+        (64, 128, 4, 16),
+        (128, 128, 4, 8),
+        (128, 64, 8, 8),
+        (128, 64, 2, 32),
+        (128, 64, 1, 64),
+    ] {
+        cases.push((
+            geo(1, 3 * c + 1, r, 1, 1, n, p, n / 4),
+            c,
+            opts(HalfSplit, Gated, true, true),
+        ));
+    }
+    for (i, (g, chunk, o)) in cases.into_iter().enumerate() {
+        for bf16 in [false, true] {
+            check(
+                &Case {
+                    geo: g,
+                    chunk,
+                    opts: o,
+                    bf16,
+                },
+                900 + i as u64,
+            );
+        }
+    }
+}
