@@ -274,6 +274,9 @@ mod elem {
 #[path = "../kernels/src/math.rs"]
 mod math;
 
+#[path = "../kernels/src/angles.rs"]
+mod angles;
+
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply.
 #[allow(clippy::all)]
 #[path = "../kernels/src/chunked_forward.rs"]
@@ -796,5 +799,39 @@ fn emulated_kernel_matches_golden_on_gpu_suite_geometries() {
                 900 + i as u64,
             );
         }
+    }
+}
+
+/// The f64 angle increment matches the float64 definition to ~1e-16 absolute.
+#[test]
+fn angle_increment_is_accurate_in_f64() {
+    let mut rng = mamba3::golden::SplitMix64::new(5);
+    let mut worst = 0.0f64;
+    for i in 0..200_000 {
+        let logit = if i % 2 == 0 {
+            (rng.normal() * 3.0) as f32
+        } else {
+            rng.uniform_range(-40.0, 40.0) as f32
+        };
+        let dt = rng.uniform_range(0.0, 2.0) as f32;
+        let want = std::f64::consts::PI * (logit as f64).tanh() * dt as f64;
+        let got = angles::angle_increment(logit, dt);
+        worst = worst.max((got - want).abs());
+    }
+    for x in [0.0f64, 1e-30, -1e-8, 0.5, -3.0, 19.9, 20.1, -1e3] {
+        assert!((angles::tanh_f64(x) - x.tanh()).abs() < 1e-15, "tanh({x})");
+    }
+    assert!(angles::tanh_f64(f64::NAN).is_nan());
+    for y in [0.0f64, 1e-3, 0.3466, 1.0, 10.0, 40.0, 63.9] {
+        let rel = (angles::exp_f64(y) - y.exp()).abs() / y.exp();
+        assert!(rel < 4e-16, "exp({y}): relative error {rel:e}");
+    }
+    eprintln!("angle increment: worst absolute error {worst:.2e} over 200000 draws");
+    assert!(worst < 2e-15, "{worst:e}");
+    for x in [-7.0f64, -1e-9, 0.0, 3.0, 6.3, 1e6] {
+        let r = angles::reduced_f32(x) as f64;
+        let d = (r - x).rem_euclid(std::f64::consts::TAU);
+        assert!(d.min(std::f64::consts::TAU - d) < 1e-6, "reduce {x}");
+        assert!((-std::f64::consts::PI..std::f64::consts::PI + 1e-6).contains(&r));
     }
 }

@@ -5,9 +5,11 @@
 //! tokens (rows `ρ = i·R + r`):
 //!
 //! * **A** token scalars (`A_i` inclusive log-decay prefix, `γ_i`, key scale
-//!   `c_i = γ_i + ε_{i+1}`, state-pass scale `exp(Ā_i)·c_i`), the cumulative angles (increments
-//!   `π·tanh(logit)·Δ` summed in f64 from a carry reduced into [0, 2π) after every chunk, then
-//!   `sincos` in f32), and the up-projected values `x = v ⊙ mimo_v`;
+//!   `c_i = γ_i + ε_{i+1}`, state-pass scale `exp(Ā_i)·c_i`), the angle increments
+//!   `π·tanh(logit)·Δ` in f64 (see [`crate::angles`]), and the up-projected values
+//!   `x = v ⊙ mimo_v`;
+//! * **A2** the per-angle prefix of the increments from a carry reduced into [0, 2π) after every
+//!   chunk, and the f32 `cos`/`sin` of each θ reduced into [−π, π);
 //! * **B** biased, rotated q̂ and k̂ (the rotation is applied while staging);
 //! * **B** also the weight table `w(i,i') = c_{i'}·exp(A_i − A_{i'})` for `i' < i` and `γ_i` for
 //!   `i' = i` (the diagonal term: the same-time dot of rotated vectors equals the unrotated one);
@@ -28,6 +30,7 @@
 
 use mamba3_abi::{output_mode, rotation, ForwardParams, ForwardSmem, FORWARD_THREADS};
 
+use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
@@ -36,7 +39,7 @@ use crate::arch::sreg::{
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
-use crate::math::{exp, rsqrt, sigmoid, silu, sincos, tanh};
+use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
 
 const T: u32 = FORWARD_THREADS;
 
@@ -100,21 +103,6 @@ unsafe fn st_shared_f64(addr: u32, value: f64) {
     }
 }
 
-/// `x` reduced into [0, 2π) in f64 (`x − 2π·floor(x/2π)`; |x| < 2^62 assumed, NaN stays NaN).
-#[inline(always)]
-fn wrap_two_pi_f64(x: f64) -> f64 {
-    const TAU: f64 = core::f64::consts::TAU;
-    let k = (x * (1.0 / TAU)) as i64 as f64;
-    let mut r = x - k * TAU;
-    if r < 0.0 {
-        r += TAU;
-    }
-    if r >= TAU {
-        r -= TAU;
-    }
-    r
-}
-
 /// Per-block constants shared by the phases.
 #[derive(Clone, Copy)]
 struct Ctx {
@@ -141,7 +129,7 @@ impl Ctx {
     }
 }
 
-/// Phase A: token scalars, cumulative angles (cos/sin), up-projected x.
+/// Phase A: token scalars, angle increments, up-projected x.
 #[inline(always)]
 unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
     prm: &ForwardParams,
@@ -189,53 +177,84 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
             i += T;
         }
 
-        // Angles: angle j is owned by thread T−1−j (mod T), the same thread every chunk, so the
-        // carried total needs no barrier of its own.
+        // Angle increments π·tanh(logit)·Δ in f64, one (time, angle) pair per thread, kept in the
+        // (cos, sin) slots of that pair until phase A2 replaces them with the cosine and sine.
+        let na = cx.na;
+        let mut e = cx.tid;
+        while e < len * na {
+            let i = e / na;
+            let j = e - i * na;
+            let t = c0 + i as usize;
+            let logit = ldg(
+                prm.angles,
+                ((cx.b * cx.s_len + t) * cx.heads + cx.h) * na as usize + j as usize,
+            );
+            let inc = angle_increment(logit, ldg(prm.dt, cx.row + t));
+            let bits = inc.to_bits();
+            st_shared_f32(cx.sm(lay.cos, e), f32::from_bits(bits as u32));
+            st_shared_f32(cx.sm(lay.sin, e), f32::from_bits((bits >> 32) as u32));
+            e += T;
+        }
+
+        // x = v ⊙ mimo_v, zero in padding rows and columns. Four elements per step with their
+        // loads issued together (invalid ones read element 0 and are discarded).
+        let p4 = lay.p4;
+        let total = lay.rows * p4;
+        let mut e = cx.tid;
+        while e < total {
+            let mut val = [0.0f32; 4];
+            for (u, out) in val.iter_mut().enumerate() {
+                let ee = e + u as u32 * T;
+                let rho = ee / p4;
+                let pp = ee - rho * p4;
+                let i = rho / R as u32;
+                let r = rho - i * R as u32;
+                let valid = ee < total && i < len && pp < cx.p;
+                let t = c0 + i as usize;
+                let iv = ((cx.b * cx.s_len + t) * cx.heads + cx.h) * cx.p as usize + pp as usize;
+                let im = (cx.h * R + r as usize) * cx.p as usize + pp as usize;
+                let vv = X::load(prm.v, if valid { iv } else { 0 });
+                let mv = ldg(prm.mimo_v, if valid { im } else { 0 });
+                *out = if valid { vv * mv } else { 0.0 };
+            }
+            for (u, v) in val.iter().enumerate() {
+                let ee = e + u as u32 * T;
+                if ee < total {
+                    st_shared_f32(cx.sm(lay.x, ee), *v);
+                }
+            }
+            e += 4 * T;
+        }
+    }
+}
+
+/// Phase A2: cumulative angles. Angle j is owned by thread T−1−j (mod T), the same thread every
+/// chunk, so the carried total needs no barrier of its own; each θ is reduced into [−π, π) and
+/// its cosine and sine replace the increment in the pair's slots.
+#[inline(always)]
+unsafe fn phase_angle_prefix(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let na = cx.na;
+    // SAFETY (whole body): slots < len·Na lie inside the (cos, sin) regions.
+    unsafe {
         let mut j = T - 1 - cx.tid;
-        while j < cx.na {
+        while j < na {
             let slot = cx.sm(lay.theta, 2 * j);
             let mut acc = ld_shared_f64(slot);
             let mut i = 0;
             while i < len {
-                let t = c0 + i as usize;
-                let logit = ldg(
-                    prm.angles,
-                    ((cx.b * cx.s_len + t) * cx.heads + cx.h) * cx.na as usize + j as usize,
-                );
-                let inc = core::f32::consts::PI * tanh(logit) * ldg(prm.dt, cx.row + t);
-                acc += inc as f64;
-                let (s, c) = sincos(acc as f32);
-                st_shared_f32(cx.sm(lay.cos, i * cx.na + j), c);
-                st_shared_f32(cx.sm(lay.sin, i * cx.na + j), s);
+                let e = i * na + j;
+                let (c_addr, s_addr) = (cx.sm(lay.cos, e), cx.sm(lay.sin, e));
+                let lo = ld_shared_u32(c_addr) as u64;
+                let hi = ld_shared_u32(s_addr) as u64;
+                acc += f64::from_bits(lo | (hi << 32));
+                let (s, c) = sincos(reduced_f32(acc));
+                st_shared_f32(c_addr, c);
+                st_shared_f32(s_addr, s);
                 i += 1;
             }
             st_shared_f64(slot, wrap_two_pi_f64(acc));
             j += T;
-        }
-
-        // x = v ⊙ mimo_v, zero in padding rows and columns.
-        let p4 = lay.p4;
-        let mut e = cx.tid;
-        while e < lay.rows * p4 {
-            let rho = e / p4;
-            let pp = e - rho * p4;
-            let i = rho / R as u32;
-            let r = rho - i * R as u32;
-            let mut val = 0.0;
-            if i < len && pp < cx.p {
-                let t = c0 + i as usize;
-                let vv = X::load(
-                    prm.v,
-                    ((cx.b * cx.s_len + t) * cx.heads + cx.h) * cx.p as usize + pp as usize,
-                );
-                let mv = ldg(
-                    prm.mimo_v,
-                    (cx.h * R + r as usize) * cx.p as usize + pp as usize,
-                );
-                val = vv * mv;
-            }
-            st_shared_f32(cx.sm(lay.x, e), val);
-            e += T;
         }
     }
 }
@@ -256,45 +275,74 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
     let ns = lay.n_stride;
     // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
     unsafe {
+        // Four (row, pair) items per step with their loads issued together (invalid ones read
+        // element 0 and are discarded).
+        let total = lay.rows * pairs;
         let mut e = cx.tid;
-        while e < lay.rows * pairs {
-            let rho = e / pairs;
-            let j = e - rho * pairs;
-            let i = rho / R as u32;
-            let r = rho - i * R as u32;
-            let (ia, ib) = if j >= half {
-                (cx.n, cx.n + 1)
-            } else if half_split {
-                (j, j + half)
-            } else {
-                (2 * j, 2 * j + 1)
-            };
-            let (mut qa, mut qb, mut ka, mut kb) = (0.0, 0.0, 0.0, 0.0);
-            if j < half && i < len {
+        while e < total {
+            let mut vals = [[0.0f32; 4]; 4];
+            for (u, out) in vals.iter_mut().enumerate() {
+                let ee = e + u as u32 * T;
+                let rho = ee / pairs;
+                let j = ee - rho * pairs;
+                let i = rho / R as u32;
+                let r = rho - i * R as u32;
+                let valid = ee < total && j < half && i < len;
+                let (ia, ib) = if half_split {
+                    (j, j + half)
+                } else {
+                    (2 * j, 2 * j + 1)
+                };
                 let t = c0 + i as usize;
                 let src =
                     (((cx.b * cx.s_len + t) * R + r as usize) * cx.groups + cx.g) * cx.n as usize;
                 let bias = (cx.h * R + r as usize) * cx.n as usize;
-                let (ia_, ib_) = (ia as usize, ib as usize);
-                qa = X::load(prm.q, src + ia_) + ldg(prm.q_bias, bias + ia_);
-                qb = X::load(prm.q, src + ib_) + ldg(prm.q_bias, bias + ib_);
-                ka = X::load(prm.k, src + ia_) + ldg(prm.k_bias, bias + ia_);
-                kb = X::load(prm.k, src + ib_) + ldg(prm.k_bias, bias + ib_);
-                if j < cx.na {
-                    let c = ld_shared_f32(cx.sm(lay.cos, i * cx.na + j));
-                    let s = ld_shared_f32(cx.sm(lay.sin, i * cx.na + j));
-                    let (q0, k0) = (qa, ka);
-                    qa = q0 * c - qb * s;
-                    qb = q0 * s + qb * c;
-                    ka = k0 * c - kb * s;
-                    kb = k0 * s + kb * c;
+                let (sa, sb) = if valid {
+                    (src + ia as usize, src + ib as usize)
+                } else {
+                    (0, 0)
+                };
+                let (ba, bb) = if valid {
+                    (bias + ia as usize, bias + ib as usize)
+                } else {
+                    (0, 0)
+                };
+                let qa = X::load(prm.q, sa) + ldg(prm.q_bias, ba);
+                let qb = X::load(prm.q, sb) + ldg(prm.q_bias, bb);
+                let ka = X::load(prm.k, sa) + ldg(prm.k_bias, ba);
+                let kb = X::load(prm.k, sb) + ldg(prm.k_bias, bb);
+                *out = if valid { [qa, qb, ka, kb] } else { [0.0; 4] };
+            }
+            for (u, v) in vals.iter().enumerate() {
+                let ee = e + u as u32 * T;
+                if ee < total {
+                    let rho = ee / pairs;
+                    let j = ee - rho * pairs;
+                    let i = rho / R as u32;
+                    let (ia, ib) = if j >= half {
+                        (cx.n, cx.n + 1)
+                    } else if half_split {
+                        (j, j + half)
+                    } else {
+                        (2 * j, 2 * j + 1)
+                    };
+                    let [mut qa, mut qb, mut ka, mut kb] = *v;
+                    if j < cx.na && i < len {
+                        let c = ld_shared_f32(cx.sm(lay.cos, i * cx.na + j));
+                        let s = ld_shared_f32(cx.sm(lay.sin, i * cx.na + j));
+                        let (q0, k0) = (qa, ka);
+                        qa = q0 * c - qb * s;
+                        qb = q0 * s + qb * c;
+                        ka = k0 * c - kb * s;
+                        kb = k0 * s + kb * c;
+                    }
+                    st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
+                    st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
+                    st_shared_f32(cx.sm(lay.k, rho * ns + ia), ka);
+                    st_shared_f32(cx.sm(lay.k, rho * ns + ib), kb);
                 }
             }
-            st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
-            st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
-            st_shared_f32(cx.sm(lay.k, rho * ns + ia), ka);
-            st_shared_f32(cx.sm(lay.k, rho * ns + ib), kb);
-            e += T;
+            e += 4 * T;
         }
         // Score weights per (time, earlier time): c_{i'}·exp(A_i − A_{i'}), γ_i on the diagonal.
         let cp = lay.cp;
@@ -481,50 +529,71 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
     let norm = prm.mode == output_mode::FUSED_NORM;
     // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
     unsafe {
-        let mut item = cx.tid;
-        while item < len * cx.p {
-            let i = item / cx.p;
-            let pp = item - i * cx.p;
-            let tok = cx.b * cx.s_len + c0 + i as usize;
-            let zv = if has_z {
-                X::load(prm.z, (tok * cx.heads + cx.h) * p + pp as usize)
-            } else {
-                0.0
-            };
-            if prm.mode == output_mode::PREREDUCE {
-                for r in 0..R {
-                    let mut y =
-                        ld_shared_f32(cx.sm(lay.y, (i * R as u32 + r as u32) * lay.p4 + pp));
-                    if has_z {
-                        y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
-                    }
-                    X::store(
-                        prm.out,
-                        ((tok * R + r) * cx.heads + cx.h) * p + pp as usize,
-                        y,
-                    );
+        let total = len * cx.p;
+        let mut item0 = cx.tid;
+        while item0 < total {
+            // The z values of four items first, loads issued together (invalid ones read
+            // element 0 and are discarded).
+            let mut zs = [0.0f32; 4];
+            if has_z {
+                for (u, zv) in zs.iter_mut().enumerate() {
+                    let item = item0 + u as u32 * T;
+                    let i = item / cx.p;
+                    let pp = item - i * cx.p;
+                    let tok = cx.b * cx.s_len + c0 + i as usize;
+                    let iz = (tok * cx.heads + cx.h) * p + pp as usize;
+                    *zv = X::load(prm.z, if item < total { iz } else { 0 });
                 }
-            } else {
-                let w = if norm && prm.norm_weight != 0 {
-                    ldg(prm.norm_weight, cx.h * p + pp as usize)
-                } else {
-                    1.0
-                };
-                let mut out = 0.0f32;
-                for r in 0..R {
-                    let rho = i * R as u32 + r as u32;
-                    let mut y = ld_shared_f32(cx.sm(lay.y, rho * lay.p4 + pp));
-                    if norm {
-                        y *= ld_shared_f32(cx.sm(lay.rstd, rho)) * w;
-                    }
-                    if has_z {
-                        y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
-                    }
-                    out = fma_rn(y, ldg(prm.mimo_o, (cx.h * R + r) * p + pp as usize), out);
-                }
-                X::store(prm.out, (tok * cx.heads + cx.h) * p + pp as usize, out);
             }
-            item += T;
+            // One closure call per item with a constant index keeps `zs` in registers (a loop
+            // over it is not unrolled, its body being large).
+            let finish = |u: u32, zv: f32| {
+                let item = item0 + u * T;
+                if item < total {
+                    let i = item / cx.p;
+                    let pp = item - i * cx.p;
+                    let tok = cx.b * cx.s_len + c0 + i as usize;
+                    if prm.mode == output_mode::PREREDUCE {
+                        for r in 0..R {
+                            let mut y = ld_shared_f32(
+                                cx.sm(lay.y, (i * R as u32 + r as u32) * lay.p4 + pp),
+                            );
+                            if has_z {
+                                y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
+                            }
+                            X::store(
+                                prm.out,
+                                ((tok * R + r) * cx.heads + cx.h) * p + pp as usize,
+                                y,
+                            );
+                        }
+                    } else {
+                        let w = if norm && prm.norm_weight != 0 {
+                            ldg(prm.norm_weight, cx.h * p + pp as usize)
+                        } else {
+                            1.0
+                        };
+                        let mut out = 0.0f32;
+                        for r in 0..R {
+                            let rho = i * R as u32 + r as u32;
+                            let mut y = ld_shared_f32(cx.sm(lay.y, rho * lay.p4 + pp));
+                            if norm {
+                                y *= ld_shared_f32(cx.sm(lay.rstd, rho)) * w;
+                            }
+                            if has_z {
+                                y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
+                            }
+                            out = fma_rn(y, ldg(prm.mimo_o, (cx.h * R + r) * p + pp as usize), out);
+                        }
+                        X::store(prm.out, (tok * cx.heads + cx.h) * p + pp as usize, out);
+                    }
+                }
+            };
+            finish(0, zs[0]);
+            finish(1, zs[1]);
+            finish(2, zs[2]);
+            finish(3, zs[3]);
+            item0 += 4 * T;
         }
     }
 }
@@ -681,6 +750,8 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
         while c0 < s_len {
             let len = (s_len - c0).min(chunk) as u32;
             phase_scalars_angles_x::<X, R>(prm, &cx, c0, len);
+            sync_threads();
+            phase_angle_prefix(&cx, len);
             sync_threads();
             phase_stage_qk::<X, R>(prm, &cx, c0, len);
             sync_threads();

@@ -8,6 +8,7 @@
 #![feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)]
 #![allow(internal_features)]
 
+pub mod angles;
 pub mod arch;
 pub mod chunked_forward;
 pub mod elem;
