@@ -10,8 +10,9 @@
 /// `ln 2`, then a degree-13 Taylor polynomial on `|r| ≤ ln 2 / 2` and a power-of-two scale.
 #[inline(always)]
 pub fn exp_f64(y: f64) -> f64 {
-    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    // fdlibm's split: LN2_HI has its low 32 bits clear, so k·LN2_HI is exact for |k| < 2^20.
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
     const INV_LN2: f64 = core::f64::consts::LOG2_E;
     // y ≥ 0, so truncation after adding 0.5 rounds to nearest.
     let k = (y * INV_LN2 + 0.5) as i64;
