@@ -7,13 +7,17 @@
 use std::sync::Arc;
 
 use half::bf16;
-use mamba3::cuda::{CudaSlice, CudaStream};
+use mamba3::cuda::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use mamba3::decode::{self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights};
+use mamba3::forward::{dispatch_paths, forward, ForwardConfig, ForwardInputs};
 use mamba3::golden::SplitMix64;
-use mamba3::{primitives, Gpu, OutputMode, Rotation};
+use mamba3::{primitives, Activation, Dtype, Gpu, OutputMode, Rotation};
 
 /// Measured H200 HBM bandwidth, bytes per second.
 const HBM_BYTES_PER_S: f64 = 4.3e12;
+
+/// Measured H200 dense bf16 tensor-core rate, FLOP per second.
+const TC_FLOP_PER_S: f64 = 790e12;
 
 /// Median milliseconds per call of `launch` over `reps` calls after `warmup` calls, each timed with
 /// its own pair of events.
@@ -252,6 +256,150 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
     }
 }
 
+/// A device buffer of `len` elements filled by tiling a pool of at most 1 Mi values drawn by
+/// `draw` (random data at any size without generating it all on the host).
+fn random_buffer<T: DeviceRepr + ValidAsZeroBits + Copy>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    rng: &mut SplitMix64,
+    mut draw: impl FnMut(&mut SplitMix64) -> T,
+) -> CudaSlice<T> {
+    let pool: Vec<T> = (0..len.min(1 << 20)).map(|_| draw(rng)).collect();
+    let host: Vec<T> = pool.iter().copied().cycle().take(len).collect();
+    stream
+        .clone_htod(&host)
+        .expect("allocating a benchmark buffer")
+}
+
+fn softplus(x: f64) -> f64 {
+    if x > 30.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// The chunked forward at `(heads, batch, seq_len)` on the H200 model geometry (G=1, N=128,
+/// P=64, R=4, C=16, Na=32, z, D, gated with mimo_o), activations in `T`.
+///
+/// FLOPs: the minimum of `shared/spec/performance.md` §3.1, `2·C·R²·(N+P) + 4·R·N·P` per token
+/// and head (masked blocks counted dense). Bytes: every tensor the call reads or writes once
+/// (q, k, v, z, trap, out in `T`; dt, adt, angles (B,S,H,Na) in f32; parameters negligible).
+fn bench_forward_one<T: Activation>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    heads: usize,
+    batch: usize,
+    seq_len: usize,
+) {
+    let cfg = ForwardConfig {
+        batch,
+        seq_len,
+        rank: 4,
+        groups: 1,
+        heads,
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        chunk_size: 16,
+        dtype: T::DTYPE,
+        rotation: Rotation::HalfSplit,
+        mode: OutputMode::Gated,
+        has_z: true,
+        has_d: true,
+        norm_eps: 1e-5,
+    };
+    let (b, s, r, g, h, n, p, na) = (batch, seq_len, 4, 1, heads, 128, 64, 32);
+    let mut rng = SplitMix64::new(42 + (heads * 131 + batch * 7 + seq_len) as u64);
+    let act = |rng: &mut SplitMix64| T::from_f64(rng.normal());
+    let normal = |rng: &mut SplitMix64| rng.normal() as f32;
+    let q = random_buffer(stream, b * s * r * g * n, &mut rng, act);
+    let k = random_buffer(stream, b * s * r * g * n, &mut rng, act);
+    let v = random_buffer(stream, b * s * h * p, &mut rng, act);
+    let z = random_buffer(stream, b * s * h * p, &mut rng, act);
+    let trap = random_buffer(stream, b * h * s, &mut rng, act);
+    let dt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
+        softplus(-3.0 + rng.normal()) as f32
+    });
+    let adt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
+        (-softplus(-3.0 + rng.normal()) * rng.uniform_range(0.1, 1.0)) as f32
+    });
+    let angles = random_buffer(stream, b * s * h * na, &mut rng, normal);
+    let q_bias = random_buffer(stream, h * r * n, &mut rng, normal);
+    let k_bias = random_buffer(stream, h * r * n, &mut rng, normal);
+    let mimo_v = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
+        rng.normal() as f32 / 4.0
+    });
+    let mimo_z = random_buffer(stream, h * r * p, &mut rng, normal);
+    let mimo_o = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
+        rng.normal() as f32 / 4.0
+    });
+    let d = random_buffer(stream, h, &mut rng, normal);
+    let mut out = stream
+        .alloc_zeros::<T>(b * s * h * p)
+        .expect("allocating a benchmark buffer");
+    let inputs = ForwardInputs {
+        q: q.as_view(),
+        k: k.as_view(),
+        v: v.as_view(),
+        z: Some(z.as_view()),
+        trap: trap.as_view(),
+        dt: dt.as_view(),
+        adt: adt.as_view(),
+        angles: angles.as_view(),
+        q_bias: q_bias.as_view(),
+        k_bias: k_bias.as_view(),
+        mimo_v: mimo_v.as_view(),
+        mimo_z: Some(mimo_z.as_view()),
+        mimo_o: Some(mimo_o.as_view()),
+        d: Some(d.as_view()),
+        norm_weight: None,
+    };
+    let ms = time_ms(gpu, stream, 2, 10, || {
+        forward(gpu, stream, &cfg, &inputs, &mut out.as_view_mut(), None).unwrap()
+    });
+    let esz = std::mem::size_of::<T>() as f64;
+    let (bf, sf, hf) = (b as f64, s as f64, h as f64);
+    let (rf, gf, nf, pf, naf, cf) = (4.0, 1.0, 128.0, 64.0, 32.0, 16.0);
+    let flops = bf * sf * hf * (2.0 * cf * rf * rf * (nf + pf) + 4.0 * rf * nf * pf);
+    let bytes = esz * (2.0 * bf * sf * rf * gf * nf + 3.0 * bf * sf * hf * pf + bf * hf * sf)
+        + 4.0 * (2.0 * bf * hf * sf + bf * sf * hf * naf);
+    let name = format!(
+        "forward/{}/H={h}/B={b}/S={s}",
+        if T::DTYPE == Dtype::F32 {
+            "f32"
+        } else {
+            "bf16"
+        }
+    );
+    let tflops = flops / (ms * 1e-3) / 1e12;
+    let gbs = bytes / (ms * 1e-3) / 1e9;
+    println!(
+        "{name:<32} {:>10.1} µs/call {:>8.2} TFLOP/s {:>6.2}% of 790 {:>8.1} GB/s {:>5.1}% of HBM   kernels: {}",
+        ms * 1e3,
+        tflops,
+        100.0 * tflops * 1e12 / TC_FLOP_PER_S,
+        gbs,
+        100.0 * gbs * 1e9 / HBM_BYTES_PER_S,
+        dispatch_paths(&cfg).join(", ")
+    );
+}
+
+/// `forward/...`: the H200 model geometry over (H, B, S), both activation dtypes.
+fn bench_forward(gpu: &Gpu, stream: &Arc<CudaStream>) {
+    for (h, b, s) in [
+        (64, 1, 2048),
+        (64, 8, 2048),
+        (32, 1, 2048),
+        (32, 8, 2048),
+        (64, 1, 8192),
+        (64, 8, 8192),
+    ] {
+        bench_forward_one::<half::bf16>(gpu, stream, h, b, s);
+        bench_forward_one::<f32>(gpu, stream, h, b, s);
+    }
+}
+
 type Bench = fn(&Gpu, &Arc<CudaStream>);
 
 fn main() {
@@ -273,7 +421,8 @@ fn main() {
         gpu.sm_count()
     );
     let stream = gpu.context().new_stream().expect("creating a stream");
-    let benches: [(&str, Bench); 3] = [
+    let benches: [(&str, Bench); 4] = [
+        ("forward", bench_forward),
         ("decode", bench_decode),
         ("primitives/sincos", bench_sincos),
         ("primitives/warp_scan", bench_warp_scan),

@@ -223,3 +223,283 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         min_blocks_per_sm: 5,
     },
 ];
+/// Threads per block of the chunked forward kernels.
+pub const FORWARD_THREADS: u32 = 256;
+
+/// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state.
+///
+/// Layouts (row-major; `X` = the input dtype, bf16 or f32):
+/// q, k `(B,S,R,G,N)` X; v, z `(B,S,H,P)` X; trap `(B,H,S)` X; dt, adt `(B,H,S)` f32;
+/// angles `(B,S,H,Na)` f32 raw logits (the kernel forms the cumulative angles itself);
+/// q_bias, k_bias `(H,R,N)`, mimo_v/z/o `(H,R,P)`, d `(H)`, norm_weight `(H,P)` f32.
+/// Output `(B,S,H,P)` X, or `(B,S,R,H,P)` in prereduce mode.
+/// Final states, each written only when its pointer is non-zero: theta `(B,H,Na)` f32 in
+/// [0, 2π); ssm `(B,H,P,N)` f32; k `(B,R,H,N)` X (rotated, biased k̂ of token S−1); v `(B,H,P)`
+/// X (raw v of token S−1).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ForwardParams {
+    /// q `(B,S,R,G,N)`.
+    pub q: u64,
+    /// k `(B,S,R,G,N)`.
+    pub k: u64,
+    /// v `(B,S,H,P)`.
+    pub v: u64,
+    /// z `(B,S,H,P)` or 0.
+    pub z: u64,
+    /// Raw trap logits `(B,H,S)`.
+    pub trap: u64,
+    /// Step sizes `(B,H,S)`, f32.
+    pub dt: u64,
+    /// Log decays `(B,H,S)`, f32.
+    pub adt: u64,
+    /// Raw angle logits `(B,S,H,Na)`, f32.
+    pub angles: u64,
+    /// `(H,R,N)` f32.
+    pub q_bias: u64,
+    /// `(H,R,N)` f32.
+    pub k_bias: u64,
+    /// `(H,R,P)` f32.
+    pub mimo_v: u64,
+    /// `(H,R,P)` f32 or 0 (must be set iff z is).
+    pub mimo_z: u64,
+    /// `(H,R,P)` f32, or 0 in prereduce mode.
+    pub mimo_o: u64,
+    /// `(H)` f32 or 0.
+    pub d: u64,
+    /// `(H,P)` f32 or 0 (weight 1; fused-norm mode only).
+    pub norm_weight: u64,
+    /// Output, see the struct docs.
+    pub out: u64,
+    /// Final θ `(B,H,Na)` f32, or 0.
+    pub final_theta: u64,
+    /// Final SSM state `(B,H,P,N)` f32, or 0.
+    pub final_ssm: u64,
+    /// Final k̂ `(B,R,H,N)` X, or 0.
+    pub final_k: u64,
+    /// Final raw v `(B,H,P)` X, or 0.
+    pub final_v: u64,
+    /// Batch rows B.
+    pub batch: u32,
+    /// Tokens S (≥ 1).
+    pub seq_len: u32,
+    /// MIMO rank R (must equal the kernel's compile-time rank).
+    pub rank: u32,
+    /// Value heads H.
+    pub heads: u32,
+    /// q/k groups G (divides H).
+    pub groups: u32,
+    /// State size N (even).
+    pub n: u32,
+    /// Head dim P.
+    pub p: u32,
+    /// Rotary angles Na (≤ N/2).
+    pub na: u32,
+    /// Chunk size C (≥ 1).
+    pub chunk: u32,
+    /// One of [`output_mode`].
+    pub mode: u32,
+    /// One of [`rotation`].
+    pub rotation: u32,
+    /// RMSNorm epsilon (fused-norm mode).
+    pub norm_eps: f32,
+}
+
+/// The forward kernel pads the chunk to a multiple of this many time steps for rank `r`, so that
+/// the rank-flattened rows `cp·r` are a whole number of its 4-row score tiles.
+pub const fn forward_tile_times(r: u32) -> u32 {
+    if r >= 4 || r == 0 {
+        1
+    } else {
+        4 / r
+    }
+}
+
+/// Shared-memory regions of the chunked forward kernel, offsets in f32 elements (each region
+/// 16-byte aligned), with the padded sizes and row strides the kernel uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForwardSmem {
+    /// N rounded up to a multiple of 4 (padding columns are zero).
+    pub n4: u32,
+    /// P rounded up to a multiple of 4 (padding columns are zero).
+    pub p4: u32,
+    /// C rounded up to a multiple of [`forward_tile_times`] (padding rows are zero).
+    pub cp: u32,
+    /// Rank-flattened rows of a chunk, `cp·R`.
+    pub rows: u32,
+    /// Row stride of q̂, k̂ and the state: `n4 + 4` (keeps 16-byte row reads conflict-free).
+    pub n_stride: u32,
+    /// Carried state `Sᵀ` `(p4, n_stride)`, p-major.
+    pub state: u32,
+    /// Rotated, biased q̂ of the chunk `(rows, n_stride)`.
+    pub q: u32,
+    /// Rotated, biased k̂ of the chunk `(rows, n_stride)`.
+    pub k: u32,
+    /// Up-projected values x `(rows, p4)`.
+    pub x: u32,
+    /// Raw per-rank outputs y `(rows, p4)`.
+    pub y: u32,
+    /// Raw scores `q̂·k̂` `(rows, rows)`.
+    pub w: u32,
+    /// Score weights per pair of times `(cp, cp)`: `c_{i'}·exp(A_i − A_{i'})` below the
+    /// diagonal, `γ_i` on it, 0 above.
+    pub seg: u32,
+    /// Chunk-local inclusive log-decay prefix `A_i` `(cp)`.
+    pub a_cs: u32,
+    /// `exp(A_i)` `(cp)`.
+    pub exp_a: u32,
+    /// `γ_i` `(cp)`.
+    pub gamma: u32,
+    /// Key scale `c_i = γ_i + ε_{i+1}` `(cp)`.
+    pub c_scale: u32,
+    /// State-pass key scale `exp(Ā_i)·c_i` `(cp)`.
+    pub k_scale: u32,
+    /// Per-row inverse RMS `(rows)` (fused-norm mode).
+    pub rstd: u32,
+    /// `cos θ` `(cp, Na)`.
+    pub cos: u32,
+    /// `sin θ` `(cp, Na)`.
+    pub sin: u32,
+    /// Carried angle totals, f64 bit patterns `(Na)` (two f32 slots each).
+    pub theta: u32,
+    /// Total size in f32 elements.
+    pub total: u32,
+}
+
+impl ForwardSmem {
+    /// The layout for rank `r`, state size `n`, head dim `p`, angles `na`, chunk size `chunk`.
+    /// Callers keep the sizes small enough that no offset overflows (the host checks the byte
+    /// count against the device limit, far below `u32::MAX`).
+    pub const fn new(r: u32, n: u32, p: u32, na: u32, chunk: u32) -> Self {
+        let tt = forward_tile_times(r);
+        let n4 = align4(n);
+        let p4 = align4(p);
+        let cp = chunk.div_ceil(tt) * tt;
+        let rows = cp * r;
+        let n_stride = n4 + 4;
+        let state = 0;
+        let q = state + align4(p4 * n_stride);
+        let k = q + align4(rows * n_stride);
+        let x = k + align4(rows * n_stride);
+        let y = x + align4(rows * p4);
+        let w = y + align4(rows * p4);
+        let seg = w + align4(rows * rows);
+        let a_cs = seg + align4(cp * cp);
+        let exp_a = a_cs + align4(cp);
+        let gamma = exp_a + align4(cp);
+        let c_scale = gamma + align4(cp);
+        let k_scale = c_scale + align4(cp);
+        let rstd = k_scale + align4(cp);
+        let cos = rstd + align4(rows);
+        let sin = cos + align4(cp * na);
+        let theta = sin + align4(cp * na);
+        let total = theta + align4(2 * na);
+        ForwardSmem {
+            n4,
+            p4,
+            cp,
+            rows,
+            n_stride,
+            state,
+            q,
+            k,
+            x,
+            y,
+            w,
+            seg,
+            a_cs,
+            exp_a,
+            gamma,
+            c_scale,
+            k_scale,
+            rstd,
+            cos,
+            sin,
+            theta,
+            total,
+        }
+    }
+
+    /// Size in bytes.
+    pub const fn bytes(&self) -> u32 {
+        4 * self.total
+    }
+}
+
+/// Dynamic shared memory of the chunked forward kernel in bytes, computed in u64 so that any
+/// sizes give a finite answer (compare it with the device's opt-in limit before launching).
+pub const fn forward_smem_bytes(r: u64, n: u64, p: u64, na: u64, chunk: u64) -> u64 {
+    const fn a4(x: u64) -> u64 {
+        x.saturating_add(3) / 4 * 4
+    }
+    const fn mul(a: u64, b: u64) -> u64 {
+        a.saturating_mul(b)
+    }
+    let tt = if r >= 4 || r == 0 { 1 } else { 4 / r };
+    let n4 = a4(n);
+    let p4 = a4(p);
+    let cp = mul(chunk.div_ceil(tt), tt);
+    let rows = mul(cp, r);
+    let ns = n4.saturating_add(4);
+    let parts = [
+        a4(mul(p4, ns)),
+        mul(2, a4(mul(rows, ns))),
+        mul(2, a4(mul(rows, p4))),
+        a4(mul(rows, rows)),
+        a4(mul(cp, cp)),
+        mul(5, a4(cp)),
+        a4(rows),
+        mul(2, a4(mul(cp, na))),
+        a4(mul(2, na)),
+    ];
+    let mut floats = 0u64;
+    let mut i = 0;
+    while i < parts.len() {
+        floats = floats.saturating_add(parts[i]);
+        i += 1;
+    }
+    mul(4, floats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forward_smem_formula_matches_layout() {
+        for r in [1u32, 2, 4, 8] {
+            for n in [2u32, 6, 16, 64, 128, 256] {
+                for p in [1u32, 3, 32, 64, 128] {
+                    for chunk in [1u32, 3, 8, 16, 64] {
+                        let na = n / 4;
+                        let lay = ForwardSmem::new(r, n, p, na, chunk);
+                        assert_eq!(
+                            lay.bytes() as u64,
+                            forward_smem_bytes(
+                                r as u64,
+                                n as u64,
+                                p as u64,
+                                na as u64,
+                                chunk as u64
+                            )
+                        );
+                        assert_eq!(
+                            lay.rows % 4,
+                            0,
+                            "rows keep 16-byte row alignment of the scores"
+                        );
+                    }
+                }
+            }
+        }
+        // Upstream's tuned geometry: N=128, P=64, R=4, C=16, Na=32.
+        assert_eq!(
+            forward_smem_bytes(4, 128, 64, 32, 16),
+            ForwardSmem::new(4, 128, 64, 32, 16).bytes() as u64
+        );
+        assert_eq!(
+            forward_smem_bytes(u64::MAX, u64::MAX, u64::MAX, u64::MAX, u64::MAX),
+            u64::MAX
+        );
+    }
+}

@@ -33,11 +33,27 @@ pub enum Kernel {
     DecodeBf16R4,
     /// Decode, bf16 activations, rank 8.
     DecodeBf16R8,
+    /// Chunked forward, FMA path, f32 activations, rank 1.
+    ForwardFmaF32R1,
+    /// Chunked forward, FMA path, f32 activations, rank 2.
+    ForwardFmaF32R2,
+    /// Chunked forward, FMA path, f32 activations, rank 4.
+    ForwardFmaF32R4,
+    /// Chunked forward, FMA path, f32 activations, rank 8.
+    ForwardFmaF32R8,
+    /// Chunked forward, FMA path, bf16 activations, rank 1.
+    ForwardFmaBf16R1,
+    /// Chunked forward, FMA path, bf16 activations, rank 2.
+    ForwardFmaBf16R2,
+    /// Chunked forward, FMA path, bf16 activations, rank 4.
+    ForwardFmaBf16R4,
+    /// Chunked forward, FMA path, bf16 activations, rank 8.
+    ForwardFmaBf16R8,
 }
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 14] = [
+    pub const ALL: [Kernel; 22] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -52,6 +68,14 @@ impl Kernel {
         Kernel::DecodeBf16R2,
         Kernel::DecodeBf16R4,
         Kernel::DecodeBf16R8,
+        Kernel::ForwardFmaF32R1,
+        Kernel::ForwardFmaF32R2,
+        Kernel::ForwardFmaF32R4,
+        Kernel::ForwardFmaF32R8,
+        Kernel::ForwardFmaBf16R1,
+        Kernel::ForwardFmaBf16R2,
+        Kernel::ForwardFmaBf16R4,
+        Kernel::ForwardFmaBf16R8,
     ];
 
     /// Its symbol in the PTX (`.entry` name).
@@ -71,6 +95,14 @@ impl Kernel {
             Kernel::DecodeBf16R2 => "decode_bf16_r2",
             Kernel::DecodeBf16R4 => "decode_bf16_r4",
             Kernel::DecodeBf16R8 => "decode_bf16_r8",
+            Kernel::ForwardFmaF32R1 => "forward_fma_f32_r1",
+            Kernel::ForwardFmaF32R2 => "forward_fma_f32_r2",
+            Kernel::ForwardFmaF32R4 => "forward_fma_f32_r4",
+            Kernel::ForwardFmaF32R8 => "forward_fma_f32_r8",
+            Kernel::ForwardFmaBf16R1 => "forward_fma_bf16_r1",
+            Kernel::ForwardFmaBf16R2 => "forward_fma_bf16_r2",
+            Kernel::ForwardFmaBf16R4 => "forward_fma_bf16_r4",
+            Kernel::ForwardFmaBf16R8 => "forward_fma_bf16_r8",
         }
     }
 

@@ -5,6 +5,7 @@
 //! | the device code | [`PTX`], built from `kernels/` by rustc's nvptx64 backend and embedded at build time |
 //! | a GPU and its loaded module | [`Gpu`] (one per device ordinal per process) |
 //! | one compiled kernel | a row of [`Kernel`], the table every launch goes through |
+//! | the Mamba-3 MIMO forward | [`forward`]: config, validation, launch into caller buffers |
 //! | "what is correct" | [`golden`], the float64 CPU model of the spec |
 //! | a failure | [`Error`]: typed, naming the argument, its value and the rule |
 //!
@@ -16,6 +17,7 @@ mod config;
 pub mod decode;
 mod device;
 mod error;
+pub mod forward;
 pub mod golden;
 mod kernel;
 pub mod primitives;

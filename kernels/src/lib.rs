@@ -8,8 +8,10 @@
 #![feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)]
 #![allow(internal_features)]
 
+pub mod angles;
 pub mod arch;
 pub mod decode;
+pub mod chunked_forward;
 pub mod elem;
 pub mod frag;
 pub mod math;

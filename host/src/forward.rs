@@ -1,0 +1,757 @@
+//! Mamba-3 MIMO chunked forward on the GPU (spec §2.2, §2.3, §4).
+//!
+//! One call runs the whole forward from a zero state: cumulative angles, rotary + bias, the
+//! chunked SSD recurrence, D skip, gate / fused RMSNorm / rank contraction (or prereduce), and,
+//! when asked, the decode hand-off states. It is one kernel launch ([`dispatch_paths`] names it):
+//! the cumulative angles are formed inside the kernel, chunk by chunk, so no scratch buffer or
+//! workspace is needed.
+//!
+//! * [`ForwardConfig`]: sizes, chunk size, activation dtype, rotation, output mode, options.
+//! * [`validate`]: every rule, as a pure function of the config and the buffer lengths
+//!   ([`ForwardLens`]), so it runs (and is tested) without a GPU.
+//! * [`forward`]: validates, then enqueues on the caller's stream into caller-provided buffers;
+//!   it never allocates or synchronizes. [`forward_alloc`] allocates the outputs for you.
+//!
+//! Layouts (row-major; `X` = the activation type `T`, f32 or bf16):
+//!
+//! | tensor | shape | type |
+//! |---|---|---|
+//! | q, k | (B,S,R,G,N) | X |
+//! | v, z | (B,S,H,P) | X |
+//! | trap | (B,H,S) | X (raw logits) |
+//! | dt, adt | (B,H,S) | f32 |
+//! | angles | (B,S,H,Na) | f32 (raw logits) |
+//! | q_bias, k_bias | (H,R,N) | f32 |
+//! | mimo_v, mimo_z, mimo_o | (H,R,P) | f32 |
+//! | d | (H) | f32 |
+//! | norm_weight | (H,P) | f32 |
+//! | out | (B,S,H,P), or (B,S,R,H,P) in prereduce mode | X |
+//! | final θ | (B,H,Na) | f32 in [0, 2π) |
+//! | final ssm | (B,H,P,N) | f32 |
+//! | final k | (B,R,H,N) | X (rotated, biased k̂ of token S−1) |
+//! | final v | (B,H,P) | X (raw v of token S−1) |
+//!
+//! # Limits
+//! R ∈ {1, 2, 4, 8} (one kernel per rank); N even; Na ≤ N/2; G divides H; B ≤ 65 535; any S ≥ 1
+//! and C ≥ 1 such that the kernel's shared memory, [`ForwardConfig::shared_memory_bytes`]
+//! (≈ 4·(P·(N+4) + 2·C·R·(N+4) + 2·C·R·P + (C·R)² + …) bytes), fits the device's opt-in limit
+//! (227 KB on H100/H200, 163 KB on A100, 99 KB on sm_86/sm_89); above it the launch returns
+//! [`Error::SharedMemory`]. At N=128, P=64 the upstream geometries (C·R = 64) need about 152 KiB;
+//! C·R = 128 needs about 291 KiB, too much for any GPU.
+//!
+//! # Precision
+//! Activations are read in their storage type and all arithmetic is f32 (angle totals f64), so
+//! the f32 path tracks the float64 golden model to a few 1e-7 relative to the output's largest
+//! magnitude; the bf16 path is limited by its own input and output rounding.
+
+use cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchConfig, SyncOnDrop,
+};
+use mamba3_abi::{forward_smem_bytes, ForwardParams, FORWARD_THREADS};
+
+use crate::config::{OutputMode, Rotation};
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernel::Kernel;
+
+pub use crate::config::{Activation, Dtype};
+
+/// Everything that fixes the shapes and the kernel of one forward call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ForwardConfig {
+    /// B, batch size (≤ 65 535).
+    pub batch: usize,
+    /// S, number of tokens (≥ 1).
+    pub seq_len: usize,
+    /// R, MIMO rank: 1, 2, 4 or 8.
+    pub rank: usize,
+    /// G, number of q/k groups; divides H.
+    pub groups: usize,
+    /// H, number of value heads.
+    pub heads: usize,
+    /// N, state dimension; even.
+    pub state_dim: usize,
+    /// P, value head dimension.
+    pub head_dim: usize,
+    /// Na, rotary angles per head; at most N/2 (0 disables rotation).
+    pub num_angles: usize,
+    /// C, chunk size (≥ 1; bounded by shared memory, see the module docs).
+    pub chunk_size: usize,
+    /// Storage type of the activations.
+    pub dtype: Dtype,
+    /// Rotary convention.
+    pub rotation: Rotation,
+    /// Output mode (decides whether `mimo_o` and `norm_weight` are used).
+    pub mode: OutputMode,
+    /// Whether `z` and `mimo_z` are given (gating).
+    pub has_z: bool,
+    /// Whether `d` is given (skip).
+    pub has_d: bool,
+    /// RMSNorm epsilon (fused-norm mode; finite and > 0).
+    pub norm_eps: f32,
+}
+
+impl ForwardConfig {
+    /// Elements per token and head of the output: P, or R·P in prereduce mode.
+    pub fn output_width(&self) -> usize {
+        match self.mode {
+            OutputMode::Prereduce => self.rank * self.head_dim,
+            _ => self.head_dim,
+        }
+    }
+
+    /// Dynamic shared memory of the kernel this config selects, in bytes (saturating).
+    pub fn shared_memory_bytes(&self) -> u64 {
+        let u = |x: usize| x as u64;
+        forward_smem_bytes(
+            u(self.rank),
+            u(self.state_dim),
+            u(self.head_dim),
+            u(self.num_angles),
+            u(self.chunk_size),
+        )
+    }
+
+    /// The buffer lengths (in elements) a call with this config expects; optional buffers are
+    /// present exactly when the config uses them, final states when `with_states`.
+    /// `None` when a size overflows `usize`.
+    pub fn expected_lens(&self, with_states: bool) -> Option<ForwardLens> {
+        let m = |dims: &[usize]| dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let (b, s, r, g, h, n, p, na) = (
+            self.batch,
+            self.seq_len,
+            self.rank,
+            self.groups,
+            self.heads,
+            self.state_dim,
+            self.head_dim,
+            self.num_angles,
+        );
+        let qk = m(&[b, s, r, g, n])?;
+        let vz = m(&[b, s, h, p])?;
+        let scalar = m(&[b, h, s])?;
+        let mimo = m(&[h, r, p])?;
+        let states = if with_states {
+            Some(StateLens {
+                theta: m(&[b, h, na])?,
+                ssm: m(&[b, h, p, n])?,
+                k: m(&[b, r, h, n])?,
+                v: m(&[b, h, p])?,
+            })
+        } else {
+            None
+        };
+        Some(ForwardLens {
+            q: qk,
+            k: qk,
+            v: vz,
+            z: self.has_z.then_some(vz),
+            trap: scalar,
+            dt: scalar,
+            adt: scalar,
+            angles: m(&[b, s, h, na])?,
+            q_bias: m(&[h, r, n])?,
+            k_bias: m(&[h, r, n])?,
+            mimo_v: mimo,
+            mimo_z: self.has_z.then_some(mimo),
+            mimo_o: (self.mode != OutputMode::Prereduce).then_some(mimo),
+            d: self.has_d.then_some(h),
+            norm_weight: (self.mode == OutputMode::FusedNorm).then_some(m(&[h, p])?),
+            out: m(&[b, s, h, self.output_width()])?,
+            states,
+        })
+    }
+}
+
+/// Element counts of the four final-state buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateLens {
+    /// θ, (B,H,Na).
+    pub theta: usize,
+    /// SSM state, (B,H,P,N).
+    pub ssm: usize,
+    /// k̂ of the last token, (B,R,H,N).
+    pub k: usize,
+    /// Raw v of the last token, (B,H,P).
+    pub v: usize,
+}
+
+/// Element counts of the buffers of one call (`None`: not given), the input of [`validate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardLens {
+    /// q.
+    pub q: usize,
+    /// k.
+    pub k: usize,
+    /// v.
+    pub v: usize,
+    /// z.
+    pub z: Option<usize>,
+    /// trap.
+    pub trap: usize,
+    /// dt.
+    pub dt: usize,
+    /// adt.
+    pub adt: usize,
+    /// angles.
+    pub angles: usize,
+    /// q_bias.
+    pub q_bias: usize,
+    /// k_bias.
+    pub k_bias: usize,
+    /// mimo_v.
+    pub mimo_v: usize,
+    /// mimo_z.
+    pub mimo_z: Option<usize>,
+    /// mimo_o.
+    pub mimo_o: Option<usize>,
+    /// d.
+    pub d: Option<usize>,
+    /// norm_weight (optional in fused-norm mode: weight 1 when absent).
+    pub norm_weight: Option<usize>,
+    /// out.
+    pub out: usize,
+    /// Final states, when asked for.
+    pub states: Option<StateLens>,
+}
+
+/// Largest batch the launch grid allows (grid y).
+pub const MAX_BATCH: usize = 65_535;
+
+/// Checks the config alone: sizes, rank, divisibility, options, epsilon.
+pub fn validate_config(c: &ForwardConfig) -> Result<()> {
+    let dims = [
+        ("batch", c.batch),
+        ("seq_len", c.seq_len),
+        ("rank", c.rank),
+        ("groups", c.groups),
+        ("heads", c.heads),
+        ("state_dim", c.state_dim),
+        ("head_dim", c.head_dim),
+        ("chunk_size", c.chunk_size),
+    ];
+    for (name, v) in dims {
+        if v == 0 {
+            return Err(Error::invalid(name, v, "must be at least 1"));
+        }
+    }
+    for (name, v) in dims.iter().copied().chain([("num_angles", c.num_angles)]) {
+        if u32::try_from(v).is_err() {
+            return Err(Error::invalid(name, v, "must be below 2^32"));
+        }
+    }
+    if !matches!(c.rank, 1 | 2 | 4 | 8) {
+        return Err(Error::invalid(
+            "rank",
+            c.rank,
+            "must be 1, 2, 4 or 8 (the ranks with a compiled kernel)",
+        ));
+    }
+    if !c.state_dim.is_multiple_of(2) {
+        return Err(Error::invalid(
+            "state_dim",
+            c.state_dim,
+            "must be even (rotary pairs)",
+        ));
+    }
+    if c.num_angles > c.state_dim / 2 {
+        return Err(Error::invalid(
+            "num_angles",
+            c.num_angles,
+            format!("must be at most state_dim/2 = {}", c.state_dim / 2),
+        ));
+    }
+    if !c.heads.is_multiple_of(c.groups) {
+        return Err(Error::invalid(
+            "groups",
+            c.groups,
+            format!("must divide heads = {}", c.heads),
+        ));
+    }
+    if c.batch > MAX_BATCH {
+        return Err(Error::invalid(
+            "batch",
+            c.batch,
+            format!("must be at most {MAX_BATCH} (launch grid limit)"),
+        ));
+    }
+    if c.mode == OutputMode::FusedNorm && !(c.norm_eps.is_finite() && c.norm_eps > 0.0) {
+        return Err(Error::invalid(
+            "norm_eps",
+            c.norm_eps,
+            "must be finite and > 0 in fused-norm mode",
+        ));
+    }
+    Ok(())
+}
+
+fn shape_rule(letters: &str, dims: &[usize], expected: usize) -> String {
+    let values: Vec<String> = dims.iter().map(usize::to_string).collect();
+    format!(
+        "must hold {letters}=({}) = {expected} elements",
+        values.join(",")
+    )
+}
+
+fn check_len(
+    arg: &'static str,
+    actual: usize,
+    expected: usize,
+    letters: &str,
+    dims: &[usize],
+) -> Result<()> {
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            arg,
+            format!("{actual} elements"),
+            shape_rule(letters, dims, expected),
+        ))
+    }
+}
+
+fn check_opt(
+    arg: &'static str,
+    actual: Option<usize>,
+    expected: Option<usize>,
+    letters: &str,
+    dims: &[usize],
+    why_present: &str,
+    why_absent: &str,
+) -> Result<()> {
+    match (actual, expected) {
+        (Some(a), Some(e)) => check_len(arg, a, e, letters, dims),
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(Error::invalid(arg, "absent", why_present)),
+        (Some(a), None) => Err(Error::invalid(arg, format!("{a} elements"), why_absent)),
+    }
+}
+
+/// Checks a config and the lengths of the buffers given for it: every rule of [`forward`] that
+/// does not need the device. Errors name the argument, its value and the rule.
+pub fn validate(c: &ForwardConfig, lens: &ForwardLens) -> Result<()> {
+    validate_config(c)?;
+    let want = c
+        .expected_lens(lens.states.is_some())
+        .ok_or_else(|| Error::invalid("seq_len", c.seq_len, "tensor sizes overflow usize"))?;
+    let (b, s, r, g, h, n, p, na) = (
+        c.batch,
+        c.seq_len,
+        c.rank,
+        c.groups,
+        c.heads,
+        c.state_dim,
+        c.head_dim,
+        c.num_angles,
+    );
+    check_len("q", lens.q, want.q, "(B,S,R,G,N)", &[b, s, r, g, n])?;
+    check_len("k", lens.k, want.k, "(B,S,R,G,N)", &[b, s, r, g, n])?;
+    check_len("v", lens.v, want.v, "(B,S,H,P)", &[b, s, h, p])?;
+    check_opt(
+        "z",
+        lens.z,
+        want.z,
+        "(B,S,H,P)",
+        &[b, s, h, p],
+        "must be given: config.has_z is true",
+        "must be absent: config.has_z is false",
+    )?;
+    check_len("trap", lens.trap, want.trap, "(B,H,S)", &[b, h, s])?;
+    check_len("dt", lens.dt, want.dt, "(B,H,S)", &[b, h, s])?;
+    check_len("adt", lens.adt, want.adt, "(B,H,S)", &[b, h, s])?;
+    check_len(
+        "angles",
+        lens.angles,
+        want.angles,
+        "(B,S,H,Na)",
+        &[b, s, h, na],
+    )?;
+    check_len("q_bias", lens.q_bias, want.q_bias, "(H,R,N)", &[h, r, n])?;
+    check_len("k_bias", lens.k_bias, want.k_bias, "(H,R,N)", &[h, r, n])?;
+    check_len("mimo_v", lens.mimo_v, want.mimo_v, "(H,R,P)", &[h, r, p])?;
+    check_opt(
+        "mimo_z",
+        lens.mimo_z,
+        want.mimo_z,
+        "(H,R,P)",
+        &[h, r, p],
+        "must be given: config.has_z is true",
+        "must be absent: config.has_z is false",
+    )?;
+    check_opt(
+        "mimo_o",
+        lens.mimo_o,
+        want.mimo_o,
+        "(H,R,P)",
+        &[h, r, p],
+        "must be given in gated and fused-norm modes",
+        "must be absent in prereduce mode (no rank contraction)",
+    )?;
+    check_opt(
+        "d",
+        lens.d,
+        want.d,
+        "(H)",
+        &[h],
+        "must be given: config.has_d is true",
+        "must be absent: config.has_d is false",
+    )?;
+    match (lens.norm_weight, want.norm_weight) {
+        (Some(a), Some(e)) => check_len("norm_weight", a, e, "(H,P)", &[h, p])?,
+        (Some(a), None) => {
+            return Err(Error::invalid(
+                "norm_weight",
+                format!("{a} elements"),
+                "must be absent outside fused-norm mode",
+            ))
+        }
+        // Absent in fused-norm mode: weight 1.
+        _ => {}
+    }
+    let out_dims: &[usize] = if c.mode == OutputMode::Prereduce {
+        &[b, s, r, h, p]
+    } else {
+        &[b, s, h, p]
+    };
+    let out_letters = if c.mode == OutputMode::Prereduce {
+        "(B,S,R,H,P)"
+    } else {
+        "(B,S,H,P)"
+    };
+    check_len("out", lens.out, want.out, out_letters, out_dims)?;
+    if let (Some(got), Some(st)) = (lens.states, want.states) {
+        check_len("states.theta", got.theta, st.theta, "(B,H,Na)", &[b, h, na])?;
+        check_len("states.ssm", got.ssm, st.ssm, "(B,H,P,N)", &[b, h, p, n])?;
+        check_len("states.k", got.k, st.k, "(B,R,H,N)", &[b, r, h, n])?;
+        check_len("states.v", got.v, st.v, "(B,H,P)", &[b, h, p])?;
+    }
+    Ok(())
+}
+
+/// The compiled kernel for an activation dtype and rank, if any.
+pub fn kernel_for(dtype: Dtype, rank: usize) -> Option<Kernel> {
+    Some(match (dtype, rank) {
+        (Dtype::F32, 1) => Kernel::ForwardFmaF32R1,
+        (Dtype::F32, 2) => Kernel::ForwardFmaF32R2,
+        (Dtype::F32, 4) => Kernel::ForwardFmaF32R4,
+        (Dtype::F32, 8) => Kernel::ForwardFmaF32R8,
+        (Dtype::Bf16, 1) => Kernel::ForwardFmaBf16R1,
+        (Dtype::Bf16, 2) => Kernel::ForwardFmaBf16R2,
+        (Dtype::Bf16, 4) => Kernel::ForwardFmaBf16R4,
+        (Dtype::Bf16, 8) => Kernel::ForwardFmaBf16R8,
+        _ => return None,
+    })
+}
+
+/// The kernels (PTX symbols, in launch order) that [`forward`] runs for `config`; empty when the
+/// config is invalid.
+pub fn dispatch_paths(config: &ForwardConfig) -> Vec<&'static str> {
+    if validate_config(config).is_err() {
+        return Vec::new();
+    }
+    kernel_for(config.dtype, config.rank)
+        .map(|k| vec![k.symbol()])
+        .unwrap_or_default()
+}
+
+/// The inputs of one call, as device views (`T`: the activation type). Views of a
+/// [`CudaSlice`] come from `slice.as_view()` or `slice.slice(range)`.
+pub struct ForwardInputs<'a, T> {
+    /// q (B,S,R,G,N).
+    pub q: CudaView<'a, T>,
+    /// k (B,S,R,G,N).
+    pub k: CudaView<'a, T>,
+    /// v (B,S,H,P).
+    pub v: CudaView<'a, T>,
+    /// z (B,S,H,P), iff `config.has_z`.
+    pub z: Option<CudaView<'a, T>>,
+    /// Raw trap logits (B,H,S).
+    pub trap: CudaView<'a, T>,
+    /// Δ (B,H,S).
+    pub dt: CudaView<'a, f32>,
+    /// a = A·Δ (B,H,S).
+    pub adt: CudaView<'a, f32>,
+    /// Raw angle logits (B,S,H,Na).
+    pub angles: CudaView<'a, f32>,
+    /// q bias (H,R,N).
+    pub q_bias: CudaView<'a, f32>,
+    /// k bias (H,R,N).
+    pub k_bias: CudaView<'a, f32>,
+    /// v up-projection (H,R,P).
+    pub mimo_v: CudaView<'a, f32>,
+    /// z up-projection (H,R,P), iff `config.has_z`.
+    pub mimo_z: Option<CudaView<'a, f32>>,
+    /// Rank down-projection (H,R,P), iff the mode is not prereduce.
+    pub mimo_o: Option<CudaView<'a, f32>>,
+    /// Skip weight (H), iff `config.has_d`.
+    pub d: Option<CudaView<'a, f32>>,
+    /// RMSNorm weight (H,P), fused-norm mode only (absent: 1).
+    pub norm_weight: Option<CudaView<'a, f32>>,
+}
+
+/// Caller-provided final-state buffers (decode hand-off layouts, see the module docs).
+pub struct FinalStatesMut<'a, T> {
+    /// θ (B,H,Na), f32 in [0, 2π).
+    pub theta: CudaViewMut<'a, f32>,
+    /// SSM state (B,H,P,N), f32.
+    pub ssm: CudaViewMut<'a, f32>,
+    /// k̂ of the last token (B,R,H,N).
+    pub k: CudaViewMut<'a, T>,
+    /// Raw v of the last token (B,H,P).
+    pub v: CudaViewMut<'a, T>,
+}
+
+/// Final states allocated by [`forward_alloc`].
+pub struct FinalStates<T> {
+    /// θ (B,H,Na), f32 in [0, 2π).
+    pub theta: CudaSlice<f32>,
+    /// SSM state (B,H,P,N), f32.
+    pub ssm: CudaSlice<f32>,
+    /// k̂ of the last token (B,R,H,N).
+    pub k: CudaSlice<T>,
+    /// Raw v of the last token (B,H,P).
+    pub v: CudaSlice<T>,
+}
+
+impl<'a, T> ForwardInputs<'a, T> {
+    /// The lengths of the given buffers (final states and out as given separately).
+    fn lens(&self, out: usize, states: Option<StateLens>) -> ForwardLens {
+        ForwardLens {
+            q: self.q.len(),
+            k: self.k.len(),
+            v: self.v.len(),
+            z: self.z.as_ref().map(|x| x.len()),
+            trap: self.trap.len(),
+            dt: self.dt.len(),
+            adt: self.adt.len(),
+            angles: self.angles.len(),
+            q_bias: self.q_bias.len(),
+            k_bias: self.k_bias.len(),
+            mimo_v: self.mimo_v.len(),
+            mimo_z: self.mimo_z.as_ref().map(|x| x.len()),
+            mimo_o: self.mimo_o.as_ref().map(|x| x.len()),
+            d: self.d.as_ref().map(|x| x.len()),
+            norm_weight: self.norm_weight.as_ref().map(|x| x.len()),
+            out,
+            states,
+        }
+    }
+}
+
+/// Launch argument: the params struct by value.
+#[repr(transparent)]
+struct Args(ForwardParams);
+
+// SAFETY: `ForwardParams` is `#[repr(C)]` plain data (u64, u32, f32 fields), the layout the
+// kernel declares for its single parameter.
+unsafe impl DeviceRepr for Args {}
+
+/// A device address range `[start, end)` with the argument it belongs to.
+type Range = (u64, u64, &'static str);
+
+fn overlap_check(outputs: &[Range], all: &[Range]) -> Result<()> {
+    for &(s0, e0, name0) in outputs {
+        for &(s1, e1, name1) in all {
+            if name0 != name1 && s0 < e1 && s1 < e0 {
+                return Err(Error::invalid(
+                    name0,
+                    format!("device range {s0:#x}..{e0:#x}"),
+                    format!("must not overlap `{name1}` ({s1:#x}..{e1:#x})"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validates everything, then enqueues the forward of `config` on `stream`: `out` receives the
+/// output, `states` (when given) the final states. Never allocates and never synchronizes.
+///
+/// Errors (before any launch): [`Error::InvalidArgument`] naming the argument, its value and the
+/// rule (shapes, dtype, options, overlapping outputs); [`Error::SharedMemory`] when the chunk
+/// size needs more shared memory than the device allows; driver errors from the launch.
+pub fn forward<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    out: &mut CudaViewMut<'_, T>,
+    states: Option<&mut FinalStatesMut<'_, T>>,
+) -> Result<()> {
+    if T::DTYPE != config.dtype {
+        return Err(Error::invalid(
+            "dtype",
+            format!("{:?}", config.dtype),
+            format!("must match the buffers' element type ({:?})", T::DTYPE),
+        ));
+    }
+    let state_lens = states.as_ref().map(|s| StateLens {
+        theta: s.theta.len(),
+        ssm: s.ssm.len(),
+        k: s.k.len(),
+        v: s.v.len(),
+    });
+    validate(config, &inputs.lens(out.len(), state_lens))?;
+    let kernel = kernel_for(config.dtype, config.rank)
+        .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
+    let smem = config.shared_memory_bytes();
+    let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
+        kernel: kernel.symbol(),
+        needed: usize::try_from(smem).unwrap_or(usize::MAX),
+        max: gpu.max_shared_memory_optin(),
+    })?;
+
+    let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(24);
+    let mut inputs_ranges: Vec<Range> = Vec::with_capacity(20);
+    let esz = std::mem::size_of::<T>() as u64;
+    macro_rules! ptr {
+        ($view:expr, $name:literal, $size:expr) => {{
+            let view = $view;
+            let (p, g) = view.device_ptr(stream);
+            guards.push(g);
+            inputs_ranges.push((p, p + view.len() as u64 * $size, $name));
+            p
+        }};
+    }
+    macro_rules! opt_ptr {
+        ($view:expr, $name:literal, $size:expr) => {
+            match $view {
+                Some(v) => ptr!(v, $name, $size),
+                None => 0,
+            }
+        };
+    }
+    let params = ForwardParams {
+        q: ptr!(&inputs.q, "q", esz),
+        k: ptr!(&inputs.k, "k", esz),
+        v: ptr!(&inputs.v, "v", esz),
+        z: opt_ptr!(inputs.z.as_ref(), "z", esz),
+        trap: ptr!(&inputs.trap, "trap", esz),
+        dt: ptr!(&inputs.dt, "dt", 4),
+        adt: ptr!(&inputs.adt, "adt", 4),
+        angles: ptr!(&inputs.angles, "angles", 4),
+        q_bias: ptr!(&inputs.q_bias, "q_bias", 4),
+        k_bias: ptr!(&inputs.k_bias, "k_bias", 4),
+        mimo_v: ptr!(&inputs.mimo_v, "mimo_v", 4),
+        mimo_z: opt_ptr!(inputs.mimo_z.as_ref(), "mimo_z", 4),
+        mimo_o: opt_ptr!(inputs.mimo_o.as_ref(), "mimo_o", 4),
+        d: opt_ptr!(inputs.d.as_ref(), "d", 4),
+        norm_weight: opt_ptr!(inputs.norm_weight.as_ref(), "norm_weight", 4),
+        batch: config.batch as u32,
+        seq_len: config.seq_len as u32,
+        rank: config.rank as u32,
+        heads: config.heads as u32,
+        groups: config.groups as u32,
+        n: config.state_dim as u32,
+        p: config.head_dim as u32,
+        na: config.num_angles as u32,
+        chunk: config.chunk_size as u32,
+        mode: match config.mode {
+            OutputMode::Gated => mamba3_abi::output_mode::GATED,
+            OutputMode::FusedNorm => mamba3_abi::output_mode::FUSED_NORM,
+            OutputMode::Prereduce => mamba3_abi::output_mode::PREREDUCE,
+        },
+        rotation: match config.rotation {
+            Rotation::HalfSplit => mamba3_abi::rotation::HALF_SPLIT,
+            Rotation::Pairwise => mamba3_abi::rotation::PAIRWISE,
+        },
+        norm_eps: config.norm_eps,
+        ..ForwardParams::default()
+    };
+    let mut params = params;
+    let mut outputs: Vec<Range> = Vec::with_capacity(5);
+    let out_len = out.len() as u64;
+    let (p_out, g_out) = out.device_ptr_mut(stream);
+    outputs.push((p_out, p_out + out_len * esz, "out"));
+    params.out = p_out;
+    let mut out_guards = vec![g_out];
+    if let Some(st) = states {
+        let lens = (
+            st.theta.len() as u64,
+            st.ssm.len() as u64,
+            st.k.len() as u64,
+            st.v.len() as u64,
+        );
+        let (p, g) = st.theta.device_ptr_mut(stream);
+        outputs.push((p, p + 4 * lens.0, "states.theta"));
+        params.final_theta = p;
+        out_guards.push(g);
+        let (p, g) = st.ssm.device_ptr_mut(stream);
+        outputs.push((p, p + 4 * lens.1, "states.ssm"));
+        params.final_ssm = p;
+        out_guards.push(g);
+        let (p, g) = st.k.device_ptr_mut(stream);
+        outputs.push((p, p + esz * lens.2, "states.k"));
+        params.final_k = p;
+        out_guards.push(g);
+        let (p, g) = st.v.device_ptr_mut(stream);
+        outputs.push((p, p + esz * lens.3, "states.v"));
+        params.final_v = p;
+        out_guards.push(g);
+    }
+    let all: Vec<Range> = inputs_ranges.iter().chain(&outputs).copied().collect();
+    overlap_check(&outputs, &all)?;
+
+    let cfg = LaunchConfig {
+        grid_dim: (config.heads as u32, config.batch as u32, 1),
+        block_dim: (FORWARD_THREADS, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    let args = Args(params);
+    let mut launch = gpu.launch(stream, kernel)?;
+    launch.arg(&args);
+    // SAFETY: one by-value `ForwardParams` is the kernel's parameter list; every pointer was
+    // checked against its documented shape by `validate`, outputs do not overlap anything, and
+    // the guards keep the buffers' event tracking alive until the launch is enqueued.
+    let result = unsafe { launch.run(cfg) };
+    drop(out_guards);
+    drop(guards);
+    result
+}
+
+/// [`forward`] with the output (and, with `with_states`, the final states) allocated on
+/// `stream`. Allocates; never synchronizes.
+pub fn forward_alloc<T: Activation>(
+    gpu: &Gpu,
+    stream: &std::sync::Arc<CudaStream>,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    with_states: bool,
+) -> Result<(CudaSlice<T>, Option<FinalStates<T>>)> {
+    validate_config(config)?;
+    let want = config
+        .expected_lens(with_states)
+        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "tensor sizes overflow usize"))?;
+    let alloc_err = Error::driver("allocating forward outputs");
+    let mut out = stream.alloc_zeros::<T>(want.out).map_err(alloc_err)?;
+    let mut states = match want.states {
+        Some(st) => Some(FinalStates {
+            theta: stream
+                .alloc_zeros::<f32>(st.theta)
+                .map_err(Error::driver("allocating final states"))?,
+            ssm: stream
+                .alloc_zeros::<f32>(st.ssm)
+                .map_err(Error::driver("allocating final states"))?,
+            k: stream
+                .alloc_zeros::<T>(st.k)
+                .map_err(Error::driver("allocating final states"))?,
+            v: stream
+                .alloc_zeros::<T>(st.v)
+                .map_err(Error::driver("allocating final states"))?,
+        }),
+        None => None,
+    };
+    {
+        let mut out_view = out.as_view_mut();
+        let mut views = states.as_mut().map(|s| FinalStatesMut {
+            theta: s.theta.as_view_mut(),
+            ssm: s.ssm.as_view_mut(),
+            k: s.k.as_view_mut(),
+            v: s.v.as_view_mut(),
+        });
+        forward(gpu, stream, config, inputs, &mut out_view, views.as_mut())?;
+    }
+    Ok((out, states))
+}

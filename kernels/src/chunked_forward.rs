@@ -1,0 +1,801 @@
+//! Mamba-3 MIMO chunked forward (spec §2.2, §2.3), FMA path: no tensor cores.
+//!
+//! One block of [`FORWARD_THREADS`] threads per (head, batch row) walks the chunks of its sequence
+//! in order and carries the (P, N) state `Sᵀ` in shared memory (f32). Per chunk of `len ≤ C`
+//! tokens (rows `ρ = i·R + r`):
+//!
+//! * **A** token scalars (`A_i` inclusive log-decay prefix, `γ_i`, key scale
+//!   `c_i = γ_i + ε_{i+1}`, state-pass scale `exp(Ā_i)·c_i`), the angle increments
+//!   `π·tanh(logit)·Δ` in f64 (see [`crate::angles`]), and the up-projected values
+//!   `x = v ⊙ mimo_v`;
+//! * **A2** the per-angle prefix of the increments from a carry reduced into [0, 2π) after every
+//!   chunk, and the f32 `cos`/`sin` of each θ reduced into [−π, π);
+//! * **B** biased, rotated q̂ and k̂ (the rotation is applied while staging);
+//! * **B** also the weight table `w(i,i') = c_{i'}·exp(A_i − A_{i'})` for `i' < i` and `γ_i` for
+//!   `i' = i` (the diagonal term: the same-time dot of rotated vectors equals the unrotated one);
+//! * **C** the raw scores `W[ρ,ρ'] = q̂_ρ·k̂_ρ'` for `i' ≤ i`;
+//! * **D** `y_ρ = exp(A_i)·S q̂_ρ + Σ_{i'≤i} w(i,i')·Σ_{r'} W[ρ,(i',r')] x_(i',r') + D·x_ρ` into
+//!   shared memory;
+//! * **E** (fused-norm mode) the per-row inverse RMS over P;
+//! * **F** gate / norm / contraction or prereduce output, and the state pass
+//!   `S ← exp(A_last)·S + Σ_ρ exp(Ā_i)·c_i·x_ρ k̂_ρᵀ`.
+//!
+//! Shapes are padded to multiples of 4 (N, P) and of the score tile (C) with zeros, so every
+//! inner loop reads 16-byte vectors; padded rows and columns are never written out.
+//!
+//! # Launch contract
+//! Grid `(H, B)`, block [`FORWARD_THREADS`], dynamic shared memory
+//! `ForwardSmem::new(R, N, P, Na, C).bytes()`; every pointer of [`ForwardParams`] valid for its
+//! documented shape (the host validates); `rank == R`.
+
+use mamba3_abi::{output_mode, rotation, ForwardParams, ForwardSmem, FORWARD_THREADS};
+
+use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
+use crate::arch::float::fma_rn;
+use crate::arch::sreg::{
+    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
+    st_shared_f32, sync_threads, thread_x,
+};
+#[cfg(target_arch = "nvptx64")]
+use crate::elem::Bf16;
+use crate::elem::Elem;
+use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
+
+const T: u32 = FORWARD_THREADS;
+
+/// Loads f32 element `i` of a global tensor.
+#[inline(always)]
+unsafe fn ldg(base: u64, i: usize) -> f32 {
+    // SAFETY: forwarded to the caller.
+    unsafe { <f32 as Elem>::load(base, i) }
+}
+
+/// Stores f32 element `i` of a global tensor.
+#[inline(always)]
+unsafe fn stg(base: u64, i: usize, value: f32) {
+    // SAFETY: forwarded to the caller.
+    unsafe { <f32 as Elem>::store(base, i, value) }
+}
+
+/// Shared-space address of f32 element `i` of the region starting at element `region`.
+#[inline(always)]
+fn at(base: u32, region: u32, i: u32) -> u32 {
+    base + 4 * (region + i)
+}
+
+/// `acc + a·b` over four lanes, one rounding per product.
+#[inline(always)]
+fn dot4(acc: f32, a: [f32; 4], b: [f32; 4]) -> f32 {
+    fma_rn(
+        a[3],
+        b[3],
+        fma_rn(a[2], b[2], fma_rn(a[1], b[1], fma_rn(a[0], b[0], acc))),
+    )
+}
+
+/// Sum over the warp; every lane gets the total.
+#[inline(always)]
+fn warp_sum(mut v: f32) -> f32 {
+    let mut mask = 16;
+    while mask > 0 {
+        v += shfl_xor_f32(v, mask);
+        mask /= 2;
+    }
+    v
+}
+
+/// Reads an f64 stored as two f32 bit patterns (low word first).
+#[inline(always)]
+unsafe fn ld_shared_f64(addr: u32) -> f64 {
+    // SAFETY: forwarded to the caller.
+    let (lo, hi) = unsafe { (ld_shared_u32(addr), ld_shared_u32(addr + 4)) };
+    f64::from_bits(lo as u64 | ((hi as u64) << 32))
+}
+
+/// Writes an f64 as two f32 bit patterns (low word first).
+#[inline(always)]
+unsafe fn st_shared_f64(addr: u32, value: f64) {
+    let bits = value.to_bits();
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        st_shared_f32(addr, f32::from_bits(bits as u32));
+        st_shared_f32(addr + 4, f32::from_bits((bits >> 32) as u32));
+    }
+}
+
+/// Per-block constants shared by the phases.
+#[derive(Clone, Copy)]
+struct Ctx {
+    base: u32,
+    lay: ForwardSmem,
+    tid: u32,
+    b: usize,
+    h: usize,
+    g: usize,
+    s_len: usize,
+    heads: usize,
+    groups: usize,
+    n: u32,
+    p: u32,
+    na: u32,
+    /// Start of this (b, h) row in the (B,H,S) tensors.
+    row: usize,
+}
+
+impl Ctx {
+    #[inline(always)]
+    fn sm(&self, region: u32, i: u32) -> u32 {
+        at(self.base, region, i)
+    }
+}
+
+/// Phase A: token scalars, angle increments, up-projected x.
+#[inline(always)]
+unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
+    prm: &ForwardParams,
+    cx: &Ctx,
+    c0: usize,
+    len: u32,
+) {
+    let lay = &cx.lay;
+    // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
+    unsafe {
+        // Token scalars, one thread per chunk position.
+        let mut i = cx.tid;
+        while i < lay.cp {
+            let (mut a_cs, mut e_a, mut gamma, mut c_s, mut k_s) = (0.0, 0.0, 0.0, 0.0, 0.0);
+            if i < len {
+                let t = c0 + i as usize;
+                let (mut pre, mut suf) = (0.0f32, 0.0f32);
+                let mut u = 0;
+                while u < len {
+                    let a = ldg(prm.adt, cx.row + c0 + u as usize);
+                    if u <= i {
+                        pre += a;
+                    } else {
+                        suf += a;
+                    }
+                    u += 1;
+                }
+                let dt = ldg(prm.dt, cx.row + t);
+                gamma = sigmoid(X::load(prm.trap, cx.row + t)) * dt;
+                let eps_next = if t + 1 < cx.s_len {
+                    ldg(prm.dt, cx.row + t + 1) * sigmoid(-X::load(prm.trap, cx.row + t + 1))
+                } else {
+                    0.0
+                };
+                c_s = gamma + eps_next;
+                a_cs = pre;
+                e_a = exp(pre);
+                k_s = exp(suf) * c_s;
+            }
+            st_shared_f32(cx.sm(lay.a_cs, i), a_cs);
+            st_shared_f32(cx.sm(lay.exp_a, i), e_a);
+            st_shared_f32(cx.sm(lay.gamma, i), gamma);
+            st_shared_f32(cx.sm(lay.c_scale, i), c_s);
+            st_shared_f32(cx.sm(lay.k_scale, i), k_s);
+            i += T;
+        }
+
+        // Angle increments π·tanh(logit)·Δ in f64, one (time, angle) pair per thread, kept in the
+        // (cos, sin) slots of that pair until phase A2 replaces them with the cosine and sine.
+        let na = cx.na;
+        let mut e = cx.tid;
+        while e < len * na {
+            let i = e / na;
+            let j = e - i * na;
+            let t = c0 + i as usize;
+            let logit = ldg(
+                prm.angles,
+                ((cx.b * cx.s_len + t) * cx.heads + cx.h) * na as usize + j as usize,
+            );
+            let inc = angle_increment(logit, ldg(prm.dt, cx.row + t));
+            let bits = inc.to_bits();
+            st_shared_f32(cx.sm(lay.cos, e), f32::from_bits(bits as u32));
+            st_shared_f32(cx.sm(lay.sin, e), f32::from_bits((bits >> 32) as u32));
+            e += T;
+        }
+
+        // x = v ⊙ mimo_v, zero in padding rows and columns. Four elements per step with their
+        // loads issued together (invalid ones read element 0 and are discarded).
+        let p4 = lay.p4;
+        let total = lay.rows * p4;
+        let mut e = cx.tid;
+        while e < total {
+            let mut val = [0.0f32; 4];
+            for (u, out) in val.iter_mut().enumerate() {
+                let ee = e + u as u32 * T;
+                let rho = ee / p4;
+                let pp = ee - rho * p4;
+                let i = rho / R as u32;
+                let r = rho - i * R as u32;
+                let valid = ee < total && i < len && pp < cx.p;
+                let t = c0 + i as usize;
+                let iv = ((cx.b * cx.s_len + t) * cx.heads + cx.h) * cx.p as usize + pp as usize;
+                let im = (cx.h * R + r as usize) * cx.p as usize + pp as usize;
+                let vv = X::load(prm.v, if valid { iv } else { 0 });
+                let mv = ldg(prm.mimo_v, if valid { im } else { 0 });
+                *out = if valid { vv * mv } else { 0.0 };
+            }
+            for (u, v) in val.iter().enumerate() {
+                let ee = e + u as u32 * T;
+                if ee < total {
+                    st_shared_f32(cx.sm(lay.x, ee), *v);
+                }
+            }
+            e += 4 * T;
+        }
+    }
+}
+
+/// Phase A2: cumulative angles. Angle j is owned by thread T−1−j (mod T), the same thread every
+/// chunk, so the carried total needs no barrier of its own; each θ is reduced into [−π, π) and
+/// its cosine and sine replace the increment in the pair's slots.
+#[inline(always)]
+unsafe fn phase_angle_prefix(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let na = cx.na;
+    // SAFETY (whole body): slots < len·Na lie inside the (cos, sin) regions.
+    unsafe {
+        let mut j = T - 1 - cx.tid;
+        while j < na {
+            let slot = cx.sm(lay.theta, 2 * j);
+            let mut acc = ld_shared_f64(slot);
+            let mut i = 0;
+            while i < len {
+                let e = i * na + j;
+                let (c_addr, s_addr) = (cx.sm(lay.cos, e), cx.sm(lay.sin, e));
+                let lo = ld_shared_u32(c_addr) as u64;
+                let hi = ld_shared_u32(s_addr) as u64;
+                acc += f64::from_bits(lo | (hi << 32));
+                let (s, c) = sincos(reduced_f32(acc));
+                st_shared_f32(c_addr, c);
+                st_shared_f32(s_addr, s);
+                i += 1;
+            }
+            st_shared_f64(slot, wrap_two_pi_f64(acc));
+            j += T;
+        }
+    }
+}
+
+/// Phase B: q̂ and k̂ (bias added, then rotated), zero in padding rows and columns; the score
+/// weights per pair of times.
+#[inline(always)]
+unsafe fn phase_stage_qk<X: Elem, const R: usize>(
+    prm: &ForwardParams,
+    cx: &Ctx,
+    c0: usize,
+    len: u32,
+) {
+    let lay = &cx.lay;
+    let half = cx.n / 2;
+    let pairs = lay.n4 / 2;
+    let half_split = prm.rotation == rotation::HALF_SPLIT;
+    let ns = lay.n_stride;
+    // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
+    unsafe {
+        // Four (row, pair) items per step with their loads issued together (invalid ones read
+        // element 0 and are discarded).
+        let total = lay.rows * pairs;
+        let mut e = cx.tid;
+        while e < total {
+            let mut vals = [[0.0f32; 4]; 4];
+            for (u, out) in vals.iter_mut().enumerate() {
+                let ee = e + u as u32 * T;
+                let rho = ee / pairs;
+                let j = ee - rho * pairs;
+                let i = rho / R as u32;
+                let r = rho - i * R as u32;
+                let valid = ee < total && j < half && i < len;
+                let (ia, ib) = if half_split {
+                    (j, j + half)
+                } else {
+                    (2 * j, 2 * j + 1)
+                };
+                let t = c0 + i as usize;
+                let src =
+                    (((cx.b * cx.s_len + t) * R + r as usize) * cx.groups + cx.g) * cx.n as usize;
+                let bias = (cx.h * R + r as usize) * cx.n as usize;
+                let (sa, sb) = if valid {
+                    (src + ia as usize, src + ib as usize)
+                } else {
+                    (0, 0)
+                };
+                let (ba, bb) = if valid {
+                    (bias + ia as usize, bias + ib as usize)
+                } else {
+                    (0, 0)
+                };
+                let qa = X::load(prm.q, sa) + ldg(prm.q_bias, ba);
+                let qb = X::load(prm.q, sb) + ldg(prm.q_bias, bb);
+                let ka = X::load(prm.k, sa) + ldg(prm.k_bias, ba);
+                let kb = X::load(prm.k, sb) + ldg(prm.k_bias, bb);
+                *out = if valid { [qa, qb, ka, kb] } else { [0.0; 4] };
+            }
+            for (u, v) in vals.iter().enumerate() {
+                let ee = e + u as u32 * T;
+                if ee < total {
+                    let rho = ee / pairs;
+                    let j = ee - rho * pairs;
+                    let i = rho / R as u32;
+                    let (ia, ib) = if j >= half {
+                        (cx.n, cx.n + 1)
+                    } else if half_split {
+                        (j, j + half)
+                    } else {
+                        (2 * j, 2 * j + 1)
+                    };
+                    let [mut qa, mut qb, mut ka, mut kb] = *v;
+                    if j < cx.na && i < len {
+                        let c = ld_shared_f32(cx.sm(lay.cos, i * cx.na + j));
+                        let s = ld_shared_f32(cx.sm(lay.sin, i * cx.na + j));
+                        let (q0, k0) = (qa, ka);
+                        qa = q0 * c - qb * s;
+                        qb = q0 * s + qb * c;
+                        ka = k0 * c - kb * s;
+                        kb = k0 * s + kb * c;
+                    }
+                    st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
+                    st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
+                    st_shared_f32(cx.sm(lay.k, rho * ns + ia), ka);
+                    st_shared_f32(cx.sm(lay.k, rho * ns + ib), kb);
+                }
+            }
+            e += 4 * T;
+        }
+        // Score weights per (time, earlier time): c_{i'}·exp(A_i − A_{i'}), γ_i on the diagonal.
+        let cp = lay.cp;
+        let mut e = cx.tid;
+        while e < cp * cp {
+            let i = e / cp;
+            let i2 = e - i * cp;
+            let w = if i2 < i {
+                ld_shared_f32(cx.sm(lay.c_scale, i2))
+                    * exp(ld_shared_f32(cx.sm(lay.a_cs, i)) - ld_shared_f32(cx.sm(lay.a_cs, i2)))
+            } else if i2 == i {
+                ld_shared_f32(cx.sm(lay.gamma, i))
+            } else {
+                0.0
+            };
+            st_shared_f32(cx.sm(lay.seg, e), w);
+            e += T;
+        }
+    }
+}
+
+/// Phase C: raw scores `q̂_ρ·k̂_ρ'` over 4×4 row tiles that hold a pair `i' ≤ i`; the weights
+/// are applied in phase D.
+#[inline(always)]
+unsafe fn phase_scores<const R: usize>(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let tiles = (len * R as u32).div_ceil(4);
+    let ns = lay.n_stride;
+    let nq = lay.n4 / 4;
+    let ws = lay.rows;
+    // SAFETY (whole body): rows < ceil(len·R/4)·4 ≤ cp·R and columns < n4 lie inside the staged
+    // regions.
+    unsafe {
+        let mut tile = cx.tid;
+        while tile < tiles * tiles {
+            let ti = tile / tiles;
+            let tj = tile - ti * tiles;
+            // Needed when the first column's time is not after the last row's time.
+            if 4 * tj / R as u32 <= (4 * ti + 3) / R as u32 {
+                let mut acc = [[0.0f32; 4]; 4];
+                let q_row = cx.sm(lay.q, 4 * ti * ns);
+                let k_row = cx.sm(lay.k, 4 * tj * ns);
+                // Start each tile at a different column quad so that lanes reading different k̂
+                // rows hit different banks; the sum is order-independent up to rounding.
+                let mut c = tj % nq;
+                let mut it = 0;
+                while it < nq {
+                    let mut qv = [[0.0f32; 4]; 4];
+                    let mut kv = [[0.0f32; 4]; 4];
+                    for a in 0..4 {
+                        qv[a] = ld_shared_v4_f32(q_row + 4 * (a as u32 * ns + 4 * c));
+                        kv[a] = ld_shared_v4_f32(k_row + 4 * (a as u32 * ns + 4 * c));
+                    }
+                    for a in 0..4 {
+                        for bb in 0..4 {
+                            acc[a][bb] = dot4(acc[a][bb], qv[a], kv[bb]);
+                        }
+                    }
+                    c += 1;
+                    if c == nq {
+                        c = 0;
+                    }
+                    it += 1;
+                }
+                for a in 0..4 {
+                    let row = cx.sm(lay.w, (4 * ti + a as u32) * ws + 4 * tj);
+                    for bb in 0..4 {
+                        st_shared_f32(row + 4 * bb as u32, acc[a][bb]);
+                    }
+                }
+            }
+            tile += T;
+        }
+    }
+}
+
+/// Phase D: raw per-rank outputs `y` for every (time, p) of the chunk, ranks in registers.
+#[inline(always)]
+unsafe fn phase_outputs_raw<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let nq = lay.n4 / 4;
+    let p4 = lay.p4;
+    let ws = lay.rows;
+    // SAFETY (whole body): rows < len·R, columns < n4 / p4 lie inside the staged regions.
+    unsafe {
+        let mut item = cx.tid;
+        while item < len * cx.p {
+            let i = item / cx.p;
+            let pp = item - i * cx.p;
+            let mut acc = [0.0f32; R];
+            // Inter-chunk: exp(A_i)·q̂ᵀS.
+            let s_row = cx.sm(lay.state, pp * ns);
+            let q_row = cx.sm(lay.q, i * R as u32 * ns);
+            let mut c = 0;
+            while c < nq {
+                let sv = ld_shared_v4_f32(s_row + 16 * c);
+                for r in 0..R {
+                    let qv = ld_shared_v4_f32(q_row + 4 * (r as u32 * ns + 4 * c));
+                    acc[r] = dot4(acc[r], qv, sv);
+                }
+                c += 1;
+            }
+            let e_a = ld_shared_f32(cx.sm(lay.exp_a, i));
+            for a in acc.iter_mut() {
+                *a *= e_a;
+            }
+            // Intra-chunk and diagonal through the weighted scores.
+            let mut xv = [0.0f32; R];
+            let mut i2 = 0;
+            while i2 <= i {
+                for r2 in 0..R {
+                    xv[r2] = ld_shared_f32(cx.sm(lay.x, (i2 * R as u32 + r2 as u32) * p4 + pp));
+                }
+                let w = ld_shared_f32(cx.sm(lay.seg, i * lay.cp + i2));
+                let mut part = [0.0f32; R];
+                for r in 0..R {
+                    let w_row = cx.sm(lay.w, (i * R as u32 + r as u32) * ws + i2 * R as u32);
+                    if R % 4 == 0 {
+                        for q4 in 0..R / 4 {
+                            let wv = ld_shared_v4_f32(w_row + 16 * q4 as u32);
+                            part[r] = dot4(
+                                part[r],
+                                wv,
+                                [xv[4 * q4], xv[4 * q4 + 1], xv[4 * q4 + 2], xv[4 * q4 + 3]],
+                            );
+                        }
+                    } else {
+                        for r2 in 0..R {
+                            part[r] = fma_rn(ld_shared_f32(w_row + 4 * r2 as u32), xv[r2], part[r]);
+                        }
+                    }
+                    acc[r] = fma_rn(w, part[r], acc[r]);
+                }
+                i2 += 1;
+            }
+            // Skip: after the loop xv holds x of time i.
+            for r in 0..R {
+                acc[r] = fma_rn(d_h, xv[r], acc[r]);
+                st_shared_f32(cx.sm(lay.y, (i * R as u32 + r as u32) * p4 + pp), acc[r]);
+            }
+            item += T;
+        }
+    }
+}
+
+/// Phase E: per-row inverse RMS over P (fused-norm mode), one warp per row.
+#[inline(always)]
+unsafe fn phase_rstd<const R: usize>(cx: &Ctx, len: u32, eps: f32) {
+    let lay = &cx.lay;
+    let warp = cx.tid / 32;
+    let lane = cx.tid % 32;
+    // SAFETY (whole body): rows < len·R and columns < P lie inside the y region.
+    unsafe {
+        let mut rho = warp;
+        while rho < len * R as u32 {
+            let mut ss = 0.0f32;
+            let mut pp = lane;
+            while pp < cx.p {
+                let y = ld_shared_f32(cx.sm(lay.y, rho * lay.p4 + pp));
+                ss = fma_rn(y, y, ss);
+                pp += 32;
+            }
+            let total = warp_sum(ss);
+            if lane == 0 {
+                st_shared_f32(cx.sm(lay.rstd, rho), rsqrt(total / cx.p as f32 + eps));
+            }
+            rho += T / 32;
+        }
+    }
+}
+
+/// Phase F, first half: gate / norm / contraction (or prereduce) and the global stores.
+#[inline(always)]
+unsafe fn phase_store_outputs<X: Elem, const R: usize>(
+    prm: &ForwardParams,
+    cx: &Ctx,
+    c0: usize,
+    len: u32,
+) {
+    let lay = &cx.lay;
+    let p = cx.p as usize;
+    let has_z = prm.z != 0;
+    let norm = prm.mode == output_mode::FUSED_NORM;
+    // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
+    unsafe {
+        let total = len * cx.p;
+        let mut item0 = cx.tid;
+        while item0 < total {
+            // The z values of four items first, loads issued together (invalid ones read
+            // element 0 and are discarded).
+            let mut zs = [0.0f32; 4];
+            if has_z {
+                for (u, zv) in zs.iter_mut().enumerate() {
+                    let item = item0 + u as u32 * T;
+                    let i = item / cx.p;
+                    let pp = item - i * cx.p;
+                    let tok = cx.b * cx.s_len + c0 + i as usize;
+                    let iz = (tok * cx.heads + cx.h) * p + pp as usize;
+                    *zv = X::load(prm.z, if item < total { iz } else { 0 });
+                }
+            }
+            // One closure call per item with a constant index keeps `zs` in registers (a loop
+            // over it is not unrolled, its body being large).
+            let finish = |u: u32, zv: f32| {
+                let item = item0 + u * T;
+                if item < total {
+                    let i = item / cx.p;
+                    let pp = item - i * cx.p;
+                    let tok = cx.b * cx.s_len + c0 + i as usize;
+                    if prm.mode == output_mode::PREREDUCE {
+                        for r in 0..R {
+                            let mut y = ld_shared_f32(
+                                cx.sm(lay.y, (i * R as u32 + r as u32) * lay.p4 + pp),
+                            );
+                            if has_z {
+                                y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
+                            }
+                            X::store(
+                                prm.out,
+                                ((tok * R + r) * cx.heads + cx.h) * p + pp as usize,
+                                y,
+                            );
+                        }
+                    } else {
+                        let w = if norm && prm.norm_weight != 0 {
+                            ldg(prm.norm_weight, cx.h * p + pp as usize)
+                        } else {
+                            1.0
+                        };
+                        let mut out = 0.0f32;
+                        for r in 0..R {
+                            let rho = i * R as u32 + r as u32;
+                            let mut y = ld_shared_f32(cx.sm(lay.y, rho * lay.p4 + pp));
+                            if norm {
+                                y *= ld_shared_f32(cx.sm(lay.rstd, rho)) * w;
+                            }
+                            if has_z {
+                                y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
+                            }
+                            out = fma_rn(y, ldg(prm.mimo_o, (cx.h * R + r) * p + pp as usize), out);
+                        }
+                        X::store(prm.out, (tok * cx.heads + cx.h) * p + pp as usize, out);
+                    }
+                }
+            };
+            finish(0, zs[0]);
+            finish(1, zs[1]);
+            finish(2, zs[2]);
+            finish(3, zs[3]);
+            item0 += 4 * T;
+        }
+    }
+}
+
+/// Phase F, second half: `S ← exp(A_last)·S + Σ_ρ exp(Ā_i)·c_i·x_ρ k̂_ρᵀ` over 4×4 (p, n) tiles.
+#[inline(always)]
+unsafe fn phase_state<const R: usize>(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let nq = lay.n4 / 4;
+    let pq = lay.p4 / 4;
+    // SAFETY (whole body): rows < len·R and padded columns lie inside the staged regions.
+    unsafe {
+        let decay = ld_shared_f32(cx.sm(lay.exp_a, len - 1));
+        let mut tile = cx.tid;
+        while tile < nq * pq {
+            let tp = tile / nq;
+            let tn = tile - tp * nq;
+            let mut acc = [[0.0f32; 4]; 4];
+            let mut i = 0;
+            while i < len {
+                let ks = ld_shared_f32(cx.sm(lay.k_scale, i));
+                for r in 0..R {
+                    let rho = i * R as u32 + r as u32;
+                    let kv = ld_shared_v4_f32(cx.sm(lay.k, rho * ns + 4 * tn));
+                    let xv = ld_shared_v4_f32(cx.sm(lay.x, rho * lay.p4 + 4 * tp));
+                    let kv = [kv[0] * ks, kv[1] * ks, kv[2] * ks, kv[3] * ks];
+                    for a in 0..4 {
+                        for bb in 0..4 {
+                            acc[a][bb] = fma_rn(xv[a], kv[bb], acc[a][bb]);
+                        }
+                    }
+                }
+                i += 1;
+            }
+            for a in 0..4 {
+                let addr = cx.sm(lay.state, (4 * tp + a as u32) * ns + 4 * tn);
+                let sv = ld_shared_v4_f32(addr);
+                for bb in 0..4 {
+                    st_shared_f32(addr + 4 * bb as u32, fma_rn(decay, sv[bb], acc[a][bb]));
+                }
+            }
+            tile += T;
+        }
+    }
+}
+
+/// Writes the requested final states after the last chunk.
+#[inline(always)]
+unsafe fn write_final_states<X: Elem, const R: usize>(
+    prm: &ForwardParams,
+    cx: &Ctx,
+    last_len: u32,
+) {
+    let lay = &cx.lay;
+    let (n, p) = (cx.n as usize, cx.p as usize);
+    let bh = cx.b * cx.heads + cx.h;
+    // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
+    unsafe {
+        if prm.final_theta != 0 {
+            let mut j = cx.tid;
+            while j < cx.na {
+                let th = ld_shared_f64(cx.sm(lay.theta, 2 * j)) as f32;
+                let th = if th >= core::f32::consts::TAU || th < 0.0 {
+                    0.0
+                } else {
+                    th
+                };
+                stg(prm.final_theta, bh * cx.na as usize + j as usize, th);
+                j += T;
+            }
+        }
+        if prm.final_ssm != 0 {
+            let mut e = cx.tid;
+            while e < cx.p * cx.n {
+                let pp = e / cx.n;
+                let nn = e - pp * cx.n;
+                let v = ld_shared_f32(cx.sm(lay.state, pp * lay.n_stride + nn));
+                stg(prm.final_ssm, (bh * p + pp as usize) * n + nn as usize, v);
+                e += T;
+            }
+        }
+        if prm.final_k != 0 {
+            let mut e = cx.tid;
+            while e < R as u32 * cx.n {
+                let r = e / cx.n;
+                let nn = e - r * cx.n;
+                let rho = (last_len - 1) * R as u32 + r;
+                let v = ld_shared_f32(cx.sm(lay.k, rho * lay.n_stride + nn));
+                X::store(
+                    prm.final_k,
+                    ((cx.b * R + r as usize) * cx.heads + cx.h) * n + nn as usize,
+                    v,
+                );
+                e += T;
+            }
+        }
+        if prm.final_v != 0 {
+            let last = cx.b * cx.s_len + cx.s_len - 1;
+            let mut pp = cx.tid as usize;
+            while pp < p {
+                let v = X::load(prm.v, (last * cx.heads + cx.h) * p + pp);
+                X::store(prm.final_v, bh * p + pp, v);
+                pp += T as usize;
+            }
+        }
+    }
+}
+
+/// The chunked forward body for activation type `X` and rank `R`.
+///
+/// # Safety
+/// See the module's launch contract.
+#[inline(always)]
+pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
+    let (heads, groups) = (prm.heads as usize, prm.groups as usize);
+    let h = block_x() as usize;
+    let b = block_y() as usize;
+    let s_len = prm.seq_len as usize;
+    let lay = ForwardSmem::new(R as u32, prm.n, prm.p, prm.na, prm.chunk);
+    let cx = Ctx {
+        base: smem_base(),
+        lay,
+        tid: thread_x(),
+        b,
+        h,
+        g: h / (heads / groups),
+        s_len,
+        heads,
+        groups,
+        n: prm.n,
+        p: prm.p,
+        na: prm.na,
+        row: (b * heads + h) * s_len,
+    };
+    // SAFETY (whole body): the launch contract; every phase is separated by block barriers.
+    unsafe {
+        let d_h = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
+        // Zero state and angle carries.
+        let mut e = cx.tid;
+        while e < lay.p4 * lay.n_stride {
+            st_shared_f32(cx.sm(lay.state, e), 0.0);
+            e += T;
+        }
+        let mut j = cx.tid;
+        while j < 2 * cx.na {
+            st_shared_f32(cx.sm(lay.theta, j), 0.0);
+            j += T;
+        }
+        sync_threads();
+
+        let chunk = prm.chunk as usize;
+        let mut c0 = 0usize;
+        while c0 < s_len {
+            let len = (s_len - c0).min(chunk) as u32;
+            phase_scalars_angles_x::<X, R>(prm, &cx, c0, len);
+            sync_threads();
+            phase_angle_prefix(&cx, len);
+            sync_threads();
+            phase_stage_qk::<X, R>(prm, &cx, c0, len);
+            sync_threads();
+            phase_scores::<R>(&cx, len);
+            sync_threads();
+            phase_outputs_raw::<R>(&cx, len, d_h);
+            sync_threads();
+            if prm.mode == output_mode::FUSED_NORM {
+                phase_rstd::<R>(&cx, len, prm.norm_eps);
+                sync_threads();
+            }
+            phase_store_outputs::<X, R>(prm, &cx, c0, len);
+            phase_state::<R>(&cx, len);
+            sync_threads();
+            c0 += chunk;
+        }
+        let last_len = (s_len - (s_len - 1) / chunk * chunk) as u32;
+        write_final_states::<X, R>(prm, &cx, last_len);
+    }
+}
+
+// Every global access above goes through `Elem`, and the entry points exist only on the device, so
+// that the host test `tests/forward_emulated.rs` can compile this file against emulated
+// primitives (threads, barriers, checked shared and global memory).
+macro_rules! forward_entry {
+    ($name:ident, $x:ty, $r:literal) => {
+        /// Chunked forward entry point (see the module's launch contract).
+        ///
+        /// # Safety
+        /// The module's launch contract.
+        #[cfg(target_arch = "nvptx64")]
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(params: ForwardParams) {
+            // SAFETY: forwarded launch contract.
+            unsafe { chunked_forward::<$x, $r>(&params) }
+        }
+    };
+}
+
+forward_entry!(forward_fma_f32_r1, f32, 1);
+forward_entry!(forward_fma_f32_r2, f32, 2);
+forward_entry!(forward_fma_f32_r4, f32, 4);
+forward_entry!(forward_fma_f32_r8, f32, 8);
+forward_entry!(forward_fma_bf16_r1, Bf16, 1);
+forward_entry!(forward_fma_bf16_r2, Bf16, 2);
+forward_entry!(forward_fma_bf16_r4, Bf16, 4);
+forward_entry!(forward_fma_bf16_r8, Bf16, 8);

@@ -1,0 +1,435 @@
+//! The forward's validation on the CPU: every rule rejects with an error naming the argument,
+//! its value and the rule, before anything touches a GPU.
+
+use mamba3::forward::{
+    dispatch_paths, validate, validate_config, Dtype, ForwardConfig, ForwardLens,
+};
+use mamba3::golden::{OutputMode, Rotation};
+use mamba3::Error;
+
+fn config() -> ForwardConfig {
+    ForwardConfig {
+        batch: 2,
+        seq_len: 100,
+        rank: 4,
+        groups: 2,
+        heads: 4,
+        state_dim: 16,
+        head_dim: 8,
+        num_angles: 4,
+        chunk_size: 16,
+        dtype: Dtype::Bf16,
+        rotation: Rotation::HalfSplit,
+        mode: OutputMode::FusedNorm,
+        has_z: true,
+        has_d: true,
+        norm_eps: 1e-5,
+    }
+}
+
+fn lens(c: &ForwardConfig) -> ForwardLens {
+    c.expected_lens(true).expect("sizes fit")
+}
+
+/// Asserts that `result` is an `InvalidArgument` for `arg` whose message contains `needle`.
+fn expect_arg(result: mamba3::Result<()>, arg: &str, needle: &str) {
+    match result {
+        Err(Error::InvalidArgument {
+            arg: got,
+            value,
+            rule,
+        }) => {
+            let msg = format!("{got} = {value}: {rule}");
+            eprintln!("rejected as expected: {msg}");
+            assert_eq!(got, arg, "wrong argument named: {msg}");
+            assert!(msg.contains(needle), "message `{msg}` lacks `{needle}`");
+        }
+        other => panic!("expected InvalidArgument for `{arg}`, got {other:?}"),
+    }
+}
+
+#[test]
+fn valid_config_and_lengths_pass() {
+    for mode in [
+        OutputMode::Gated,
+        OutputMode::FusedNorm,
+        OutputMode::Prereduce,
+    ] {
+        for (has_z, has_d) in [(true, true), (false, false), (true, false)] {
+            for with_states in [false, true] {
+                let c = ForwardConfig {
+                    mode,
+                    has_z,
+                    has_d,
+                    ..config()
+                };
+                validate(&c, &c.expected_lens(with_states).unwrap()).unwrap();
+            }
+        }
+    }
+    // Fused norm without a weight (weight 1) is valid.
+    let c = config();
+    validate(
+        &c,
+        &ForwardLens {
+            norm_weight: None,
+            ..lens(&c)
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn config_rules_name_the_argument() {
+    let c = config();
+    expect_arg(
+        validate_config(&ForwardConfig { batch: 0, ..c }),
+        "batch",
+        "at least 1",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { seq_len: 0, ..c }),
+        "seq_len",
+        "at least 1",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { chunk_size: 0, ..c }),
+        "chunk_size",
+        "at least 1",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { rank: 3, ..c }),
+        "rank",
+        "1, 2, 4 or 8",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { rank: 16, ..c }),
+        "rank",
+        "1, 2, 4 or 8",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { state_dim: 15, ..c }),
+        "state_dim",
+        "even",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { num_angles: 9, ..c }),
+        "num_angles",
+        "state_dim/2 = 8",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { groups: 3, ..c }),
+        "groups",
+        "divide heads = 4",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { batch: 70_000, ..c }),
+        "batch",
+        "65535",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig { norm_eps: 0.0, ..c }),
+        "norm_eps",
+        "> 0",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig {
+            norm_eps: f32::NAN,
+            ..c
+        }),
+        "norm_eps",
+        "finite",
+    );
+    expect_arg(
+        validate_config(&ForwardConfig {
+            seq_len: 1 << 33,
+            ..c
+        }),
+        "seq_len",
+        "2^32",
+    );
+    // A non-fused mode ignores the epsilon.
+    validate_config(&ForwardConfig {
+        norm_eps: 0.0,
+        mode: OutputMode::Gated,
+        ..c
+    })
+    .unwrap();
+}
+
+#[test]
+fn buffer_rules_name_the_argument_and_shape() {
+    let c = config();
+    let ok = lens(&c);
+    expect_arg(
+        validate(&c, &ForwardLens { q: ok.q - 1, ..ok }),
+        "q",
+        "(B,S,R,G,N)=(2,100,4,2,16)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { k: ok.k + 1, ..ok }),
+        "k",
+        "25600 elements",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { v: 1, ..ok }),
+        "v",
+        "(B,S,H,P)=(2,100,4,8)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { z: None, ..ok }),
+        "z",
+        "has_z is true",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { z: Some(3), ..ok }),
+        "z",
+        "(B,S,H,P)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { trap: 7, ..ok }),
+        "trap",
+        "(B,H,S)=(2,4,100)",
+    );
+    expect_arg(validate(&c, &ForwardLens { dt: 7, ..ok }), "dt", "(B,H,S)");
+    expect_arg(
+        validate(&c, &ForwardLens { adt: 7, ..ok }),
+        "adt",
+        "(B,H,S)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { angles: 7, ..ok }),
+        "angles",
+        "(B,S,H,Na)=(2,100,4,4)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { q_bias: 7, ..ok }),
+        "q_bias",
+        "(H,R,N)=(4,4,16)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { k_bias: 7, ..ok }),
+        "k_bias",
+        "(H,R,N)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { mimo_v: 7, ..ok }),
+        "mimo_v",
+        "(H,R,P)=(4,4,8)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { mimo_z: None, ..ok }),
+        "mimo_z",
+        "has_z is true",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { mimo_o: None, ..ok }),
+        "mimo_o",
+        "fused-norm",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { d: None, ..ok }),
+        "d",
+        "has_d is true",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { d: Some(5), ..ok }),
+        "d",
+        "(H)=(4)",
+    );
+    expect_arg(
+        validate(
+            &c,
+            &ForwardLens {
+                norm_weight: Some(5),
+                ..ok
+            },
+        ),
+        "norm_weight",
+        "(H,P)=(4,8)",
+    );
+    expect_arg(
+        validate(&c, &ForwardLens { out: 5, ..ok }),
+        "out",
+        "(B,S,H,P)=(2,100,4,8)",
+    );
+    let st = ok.states.unwrap();
+    expect_arg(
+        validate(
+            &c,
+            &ForwardLens {
+                states: Some(mamba3::forward::StateLens { theta: 1, ..st }),
+                ..ok
+            },
+        ),
+        "states.theta",
+        "(B,H,Na)=(2,4,4)",
+    );
+    expect_arg(
+        validate(
+            &c,
+            &ForwardLens {
+                states: Some(mamba3::forward::StateLens { ssm: 1, ..st }),
+                ..ok
+            },
+        ),
+        "states.ssm",
+        "(B,H,P,N)=(2,4,8,16)",
+    );
+    expect_arg(
+        validate(
+            &c,
+            &ForwardLens {
+                states: Some(mamba3::forward::StateLens { k: 1, ..st }),
+                ..ok
+            },
+        ),
+        "states.k",
+        "(B,R,H,N)=(2,4,4,16)",
+    );
+    expect_arg(
+        validate(
+            &c,
+            &ForwardLens {
+                states: Some(mamba3::forward::StateLens { v: 1, ..st }),
+                ..ok
+            },
+        ),
+        "states.v",
+        "(B,H,P)=(2,4,8)",
+    );
+
+    // Options that the config does not use must be absent.
+    let gated_no_z = ForwardConfig {
+        mode: OutputMode::Gated,
+        has_z: false,
+        has_d: false,
+        ..c
+    };
+    let ok = lens(&gated_no_z);
+    expect_arg(
+        validate(
+            &gated_no_z,
+            &ForwardLens {
+                z: Some(ok.v),
+                ..ok
+            },
+        ),
+        "z",
+        "has_z is false",
+    );
+    expect_arg(
+        validate(
+            &gated_no_z,
+            &ForwardLens {
+                mimo_z: Some(ok.mimo_v),
+                ..ok
+            },
+        ),
+        "mimo_z",
+        "has_z is false",
+    );
+    expect_arg(
+        validate(&gated_no_z, &ForwardLens { d: Some(4), ..ok }),
+        "d",
+        "has_d is false",
+    );
+    expect_arg(
+        validate(
+            &gated_no_z,
+            &ForwardLens {
+                norm_weight: Some(32),
+                ..ok
+            },
+        ),
+        "norm_weight",
+        "outside fused-norm",
+    );
+    let pre = ForwardConfig {
+        mode: OutputMode::Prereduce,
+        ..c
+    };
+    let ok = lens(&pre);
+    expect_arg(
+        validate(
+            &pre,
+            &ForwardLens {
+                mimo_o: Some(ok.mimo_v),
+                ..ok
+            },
+        ),
+        "mimo_o",
+        "prereduce",
+    );
+    expect_arg(
+        validate(
+            &pre,
+            &ForwardLens {
+                out: ok.out / 4,
+                ..ok
+            },
+        ),
+        "out",
+        "(B,S,R,H,P)=(2,100,4,4,8)",
+    );
+}
+
+#[test]
+fn dispatch_names_one_kernel_per_dtype_and_rank() {
+    let c = config();
+    assert_eq!(dispatch_paths(&c), vec!["forward_fma_bf16_r4"]);
+    let f = ForwardConfig {
+        dtype: Dtype::F32,
+        rank: 8,
+        ..c
+    };
+    assert_eq!(dispatch_paths(&f), vec!["forward_fma_f32_r8"]);
+    assert!(dispatch_paths(&ForwardConfig { rank: 3, ..c }).is_empty());
+    // Every dispatched symbol is an entry point of the PTX.
+    let entries = mamba3::ptx_entry_points(mamba3::PTX);
+    for dtype in [Dtype::F32, Dtype::Bf16] {
+        for rank in [1, 2, 4, 8] {
+            for sym in dispatch_paths(&ForwardConfig { dtype, rank, ..c }) {
+                assert!(entries.contains(&sym), "{sym} is not in the PTX");
+            }
+        }
+    }
+}
+
+#[test]
+fn shared_memory_of_upstream_geometries_fits_hopper() {
+    // Upstream's 11 geometries (N, P, R, C) at Na = N/4: all within 227 KB.
+    let grid = [
+        (16, 64, 4, 8),
+        (32, 64, 4, 16),
+        (64, 64, 4, 16),
+        (128, 64, 4, 16),
+        (256, 64, 4, 8),
+        (64, 128, 4, 16),
+        (128, 32, 4, 16),
+        (128, 128, 4, 8),
+        (128, 64, 8, 8),
+        (128, 64, 2, 32),
+        (128, 64, 1, 64),
+    ];
+    for (n, p, r, ch) in grid {
+        let c = ForwardConfig {
+            state_dim: n,
+            head_dim: p,
+            rank: r,
+            chunk_size: ch,
+            num_angles: n / 4,
+            ..config()
+        };
+        let bytes = c.shared_memory_bytes();
+        eprintln!("N={n} P={p} R={r} C={ch}: {bytes} bytes of shared memory");
+        assert!(bytes <= 227 * 1024, "{bytes} bytes");
+    }
+    // Saturates instead of overflowing.
+    let huge = ForwardConfig {
+        state_dim: usize::MAX - 1,
+        chunk_size: usize::MAX,
+        ..config()
+    };
+    assert_eq!(huge.shared_memory_bytes(), u64::MAX);
+}

@@ -1,0 +1,544 @@
+//! GPU tests of the chunked forward against the float64 golden recurrence (skipped without a GPU).
+//!
+//! Metric: `max|ours − ref| / max|ref|` per tensor (angles modulo 2π), worst over a grid. The
+//! golden model runs on exactly the values the GPU sees: f32-rounded parameters and activations
+//! rounded to the storage type. Outputs are poisoned with NaN before each launch, and every
+//! element must come back finite.
+
+mod common;
+
+use std::sync::Arc;
+
+use half::bf16;
+use mamba3::cuda::{CudaSlice, CudaStream};
+use mamba3::forward::{
+    dispatch_paths, forward, Activation, Dtype, FinalStatesMut, ForwardConfig, ForwardInputs,
+};
+use mamba3::golden::{
+    forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
+};
+use mamba3::{Error, Gpu};
+
+use common::{angle_rel_err, rel_err};
+
+const F32_TOL: f64 = 2e-6;
+const BF16_TOL: f64 = 1e-2;
+
+/// One forward problem: geometry, chunk size and options.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    geo: Mamba3Geometry,
+    chunk: usize,
+    opts: RandomOptions,
+}
+
+/// Errors of one run, per tensor.
+#[derive(Clone, Copy, Debug, Default)]
+struct Errors {
+    out: f64,
+    theta: f64,
+    ssm: f64,
+    k: f64,
+    v: f64,
+}
+
+impl Errors {
+    fn worst(&self) -> f64 {
+        self.out
+            .max(self.theta)
+            .max(self.ssm)
+            .max(self.k)
+            .max(self.v)
+    }
+}
+
+/// Rounds activations to `T` and everything else to f32, as the GPU will see them.
+fn round_inputs<T: Activation>(inp: &Mamba3Inputs) -> Mamba3Inputs {
+    let act = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| T::from_f64(v).to_f64()).collect() };
+    let f = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| v as f32 as f64).collect() };
+    let mut out = inp.clone();
+    out.q = act(&inp.q);
+    out.k = act(&inp.k);
+    out.v = act(&inp.v);
+    out.z = inp.z.as_deref().map(act);
+    out.trap = act(&inp.trap);
+    out.dt = f(&inp.dt);
+    out.adt = f(&inp.adt);
+    out.angle_logits = f(&inp.angle_logits);
+    out.q_bias = f(&inp.q_bias);
+    out.k_bias = f(&inp.k_bias);
+    out.mimo_v = f(&inp.mimo_v);
+    out.mimo_z = inp.mimo_z.as_deref().map(f);
+    out.mimo_o = inp.mimo_o.as_deref().map(f);
+    out.d = inp.d.as_deref().map(f);
+    if let Some(n) = &mut out.norm {
+        n.weight = f(&n.weight);
+    }
+    out
+}
+
+fn up_act<T: Activation>(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<T> {
+    let v: Vec<T> = x.iter().map(|&a| T::from_f64(a)).collect();
+    s.clone_htod(&v).expect("upload")
+}
+
+fn up_f32(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<f32> {
+    let v: Vec<f32> = x.iter().map(|&a| a as f32).collect();
+    s.clone_htod(&v).expect("upload")
+}
+
+fn poison<T: Activation>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
+    s.clone_htod(&vec![T::from_f64(f64::NAN); len])
+        .expect("upload")
+}
+
+fn down_act<T: Activation>(s: &Arc<CudaStream>, x: &CudaSlice<T>) -> Vec<f64> {
+    s.clone_dtoh(x)
+        .expect("download")
+        .iter()
+        .map(|v| v.to_f64())
+        .collect()
+}
+
+fn down_f32(s: &Arc<CudaStream>, x: &CudaSlice<f32>) -> Vec<f64> {
+    s.clone_dtoh(x)
+        .expect("download")
+        .iter()
+        .map(|&v| v as f64)
+        .collect()
+}
+
+fn config_of<T: Activation>(inp: &Mamba3Inputs, chunk: usize) -> ForwardConfig {
+    let g = inp.geometry;
+    ForwardConfig {
+        batch: g.batch,
+        seq_len: g.seq_len,
+        rank: g.rank,
+        groups: g.groups,
+        heads: g.heads,
+        state_dim: g.state_dim,
+        head_dim: g.head_dim,
+        num_angles: g.num_angles,
+        chunk_size: chunk,
+        dtype: T::DTYPE,
+        rotation: inp.rotation,
+        mode: inp.output_mode(),
+        has_z: inp.z.is_some(),
+        has_d: inp.d.is_some(),
+        norm_eps: inp.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
+    }
+}
+
+/// Device outputs of one forward: out and the four final states, as f64.
+struct DeviceResult {
+    out: Vec<f64>,
+    theta: Vec<f64>,
+    ssm: Vec<f64>,
+    k: Vec<f64>,
+    v: Vec<f64>,
+}
+
+/// Uploads `inp` (already rounded), runs the forward into NaN-poisoned caller buffers, and
+/// downloads everything.
+fn run_gpu<T: Activation>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    inp: &Mamba3Inputs,
+    chunk: usize,
+) -> DeviceResult {
+    let cfg = config_of::<T>(inp, chunk);
+    let g = inp.geometry;
+    let q = up_act::<T>(s, &inp.q);
+    let k = up_act::<T>(s, &inp.k);
+    let v = up_act::<T>(s, &inp.v);
+    let z = inp.z.as_ref().map(|z| up_act::<T>(s, z));
+    let trap = up_act::<T>(s, &inp.trap);
+    let dt = up_f32(s, &inp.dt);
+    let adt = up_f32(s, &inp.adt);
+    let angles = up_f32(s, &inp.angle_logits);
+    let q_bias = up_f32(s, &inp.q_bias);
+    let k_bias = up_f32(s, &inp.k_bias);
+    let mimo_v = up_f32(s, &inp.mimo_v);
+    let mimo_z = inp.mimo_z.as_ref().map(|m| up_f32(s, m));
+    let mimo_o = inp.mimo_o.as_ref().map(|m| up_f32(s, m));
+    let d = inp.d.as_ref().map(|m| up_f32(s, m));
+    let norm_weight = inp.norm.as_ref().map(|n| up_f32(s, &n.weight));
+    let inputs = ForwardInputs {
+        q: q.as_view(),
+        k: k.as_view(),
+        v: v.as_view(),
+        z: z.as_ref().map(|x| x.as_view()),
+        trap: trap.as_view(),
+        dt: dt.as_view(),
+        adt: adt.as_view(),
+        angles: angles.as_view(),
+        q_bias: q_bias.as_view(),
+        k_bias: k_bias.as_view(),
+        mimo_v: mimo_v.as_view(),
+        mimo_z: mimo_z.as_ref().map(|x| x.as_view()),
+        mimo_o: mimo_o.as_ref().map(|x| x.as_view()),
+        d: d.as_ref().map(|x| x.as_view()),
+        norm_weight: norm_weight.as_ref().map(|x| x.as_view()),
+    };
+    let lens = cfg.expected_lens(true).expect("sizes fit");
+    let st = lens.states.expect("states asked for");
+    let mut out = poison::<T>(s, lens.out);
+    let mut theta = poison::<f32>(s, st.theta);
+    let mut ssm = poison::<f32>(s, st.ssm);
+    let mut fk = poison::<T>(s, st.k);
+    let mut fv = poison::<T>(s, st.v);
+    {
+        let mut states = FinalStatesMut {
+            theta: theta.as_view_mut(),
+            ssm: ssm.as_view_mut(),
+            k: fk.as_view_mut(),
+            v: fv.as_view_mut(),
+        };
+        forward(
+            gpu,
+            s,
+            &cfg,
+            &inputs,
+            &mut out.as_view_mut(),
+            Some(&mut states),
+        )
+        .unwrap_or_else(|e| panic!("forward failed for {g:?}: {e}"));
+    }
+    s.synchronize().expect("the forward kernel failed");
+    DeviceResult {
+        out: down_act(s, &out),
+        theta: down_f32(s, &theta),
+        ssm: down_f32(s, &ssm),
+        k: down_act(s, &fk),
+        v: down_act(s, &fv),
+    }
+}
+
+fn assert_finite(name: &str, x: &[f64], case: &Case) {
+    if let Some(i) = x.iter().position(|v| !v.is_finite()) {
+        panic!(
+            "{name}[{i}] = {} is not finite (unwritten or overflowed) for {case:?}",
+            x[i]
+        );
+    }
+}
+
+/// Runs one case in dtype `T` against the golden recurrence and prints its errors.
+fn check<T: Activation>(gpu: &Gpu, s: &Arc<CudaStream>, case: &Case, seed: u64) -> Errors {
+    let raw = Mamba3Inputs::random(case.geo, case.opts, seed).expect("random inputs");
+    let inp = round_inputs::<T>(&raw);
+    let reference = forward_recurrent(&inp).expect("golden forward");
+    let ours = run_gpu::<T>(gpu, s, &inp, case.chunk);
+    for (name, x) in [
+        ("out", &ours.out),
+        ("theta", &ours.theta),
+        ("ssm", &ours.ssm),
+        ("k", &ours.k),
+        ("v", &ours.v),
+    ] {
+        assert_finite(name, x, case);
+    }
+    let fs = &reference.final_states;
+    let e = Errors {
+        out: rel_err(&ours.out, &reference.out),
+        theta: angle_rel_err(&ours.theta, &fs.theta),
+        ssm: rel_err(&ours.ssm, &fs.ssm),
+        k: rel_err(&ours.k, &fs.k),
+        v: rel_err(&ours.v, &fs.v),
+    };
+    let g = case.geo;
+    let o = case.opts;
+    eprintln!(
+        "forward {:>4} B={} S={} R={} G={} H={} N={} P={} Na={} C={} {:?} {:?} z={} D={}: error out {:.2e} theta {:.2e} ssm {:.2e} k {:.2e} v {:.2e}",
+        if T::DTYPE == Dtype::F32 { "f32" } else { "bf16" },
+        g.batch, g.seq_len, g.rank, g.groups, g.heads, g.state_dim, g.head_dim, g.num_angles,
+        case.chunk, o.rotation, o.mode, o.has_z as u8, o.has_d as u8,
+        e.out, e.theta, e.ssm, e.k, e.v
+    );
+    e
+}
+
+#[allow(clippy::too_many_arguments)]
+fn geo(
+    b: usize,
+    s: usize,
+    r: usize,
+    g: usize,
+    h: usize,
+    n: usize,
+    p: usize,
+    na: usize,
+) -> Mamba3Geometry {
+    Mamba3Geometry {
+        batch: b,
+        seq_len: s,
+        rank: r,
+        groups: g,
+        heads: h,
+        state_dim: n,
+        head_dim: p,
+        num_angles: na,
+    }
+}
+
+fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> RandomOptions {
+    RandomOptions {
+        rotation,
+        mode,
+        has_z,
+        has_d,
+    }
+}
+
+/// Upstream's 11 dense geometries (spec §8): B=2, S=2048, H=16, G=1, Na=N/4, z and D, gated;
+/// plus the tuned geometry with G=2.
+fn upstream_cases() -> Vec<Case> {
+    let grid = [
+        (16, 64, 4, 8),
+        (32, 64, 4, 16),
+        (64, 64, 4, 16),
+        (128, 64, 4, 16),
+        (256, 64, 4, 8),
+        (64, 128, 4, 16),
+        (128, 32, 4, 16),
+        (128, 128, 4, 8),
+        (128, 64, 8, 8),
+        (128, 64, 2, 32),
+        (128, 64, 1, 64),
+    ];
+    let gated = opts(Rotation::HalfSplit, OutputMode::Gated, true, true);
+    let mut cases: Vec<Case> = grid
+        .iter()
+        .map(|&(n, p, r, c)| Case {
+            geo: geo(2, 2048, r, 1, 16, n, p, n / 4),
+            chunk: c,
+            opts: gated,
+        })
+        .collect();
+    cases.push(Case {
+        geo: geo(2, 2048, 4, 2, 16, 128, 64, 32),
+        chunk: 16,
+        opts: gated,
+    });
+    cases
+}
+
+/// Smaller varied geometries: tails, S = 1, C not a power of two, C = 1, C > S, Na < N/2,
+/// N not a multiple of 4, odd P, both rotations, every mode, with and without z and D, GQA.
+fn small_cases() -> Vec<Case> {
+    use OutputMode::*;
+    use Rotation::*;
+    vec![
+        Case {
+            geo: geo(2, 100, 4, 1, 3, 32, 16, 8),
+            chunk: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+        },
+        Case {
+            geo: geo(1, 77, 4, 2, 4, 64, 32, 16),
+            chunk: 12,
+            opts: opts(Pairwise, FusedNorm, true, true),
+        },
+        Case {
+            geo: geo(2, 61, 2, 1, 2, 16, 24, 8),
+            chunk: 7,
+            opts: opts(HalfSplit, Prereduce, false, true),
+        },
+        Case {
+            geo: geo(1, 45, 8, 1, 2, 32, 8, 3),
+            chunk: 5,
+            opts: opts(Pairwise, Gated, false, false),
+        },
+        Case {
+            geo: geo(1, 33, 1, 3, 3, 128, 64, 32),
+            chunk: 64,
+            opts: opts(HalfSplit, FusedNorm, true, false),
+        },
+        Case {
+            geo: geo(1, 1, 4, 1, 2, 128, 64, 32),
+            chunk: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+        },
+        Case {
+            geo: geo(2, 1, 2, 2, 2, 6, 5, 1),
+            chunk: 1,
+            opts: opts(Pairwise, Prereduce, true, false),
+        },
+        Case {
+            geo: geo(1, 19, 4, 1, 1, 10, 7, 2),
+            chunk: 1,
+            opts: opts(HalfSplit, FusedNorm, false, true),
+        },
+        Case {
+            geo: geo(1, 50, 2, 2, 4, 48, 33, 0),
+            chunk: 24,
+            opts: opts(HalfSplit, Gated, true, true),
+        },
+        Case {
+            geo: geo(2, 130, 4, 1, 2, 128, 64, 64),
+            chunk: 16,
+            opts: opts(Pairwise, Prereduce, true, true),
+        },
+        Case {
+            geo: geo(1, 70, 8, 1, 2, 64, 64, 16),
+            chunk: 8,
+            opts: opts(HalfSplit, FusedNorm, true, true),
+        },
+        Case {
+            geo: geo(1, 9, 1, 1, 1, 2, 1, 1),
+            chunk: 3,
+            opts: opts(Pairwise, Gated, true, false),
+        },
+    ]
+}
+
+fn run_grid(gpu: &Gpu, cases: &[Case], label: &str, seed0: u64) {
+    let stream = gpu.context().new_stream().expect("stream");
+    let (mut worst32, mut worst16) = (0.0f64, 0.0f64);
+    let mut failures = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let e32 = check::<f32>(gpu, &stream, case, seed0 + i as u64);
+        let e16 = check::<bf16>(gpu, &stream, case, seed0 + 1000 + i as u64);
+        worst32 = worst32.max(e32.worst());
+        worst16 = worst16.max(e16.worst());
+        if e32.worst().is_nan() || e32.worst() > F32_TOL {
+            failures.push(format!("f32 {case:?}: {e32:?}"));
+        }
+        if e16.worst().is_nan() || e16.worst() > BF16_TOL {
+            failures.push(format!("bf16 {case:?}: {e16:?}"));
+        }
+    }
+    eprintln!(
+        "forward {label}: worst error f32 {worst32:.2e} (target {F32_TOL:.0e}), bf16 {worst16:.2e} (target {BF16_TOL:.0e}) over {} geometries",
+        cases.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "over tolerance:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn forward_matches_golden_on_upstream_geometries() {
+    let gpu = gpu_or_skip!();
+    run_grid(&gpu, &upstream_cases(), "upstream grid", 1);
+}
+
+#[test]
+fn forward_matches_golden_on_small_geometries() {
+    let gpu = gpu_or_skip!();
+    run_grid(&gpu, &small_cases(), "small geometries", 500);
+}
+
+/// No drift with sequence length: the f32 error over one 32768-token sequence (H=2, B=1) is at
+/// most 1.2× the error over 2048-token sequences. Maxima grow with the number of samples, so the
+/// S=2048 figure is the worst over 16 independent sequences: both figures are maxima over the
+/// same number of tokens.
+#[test]
+fn forward_f32_error_does_not_grow_with_sequence_length() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().expect("stream");
+    let opts = opts(Rotation::HalfSplit, OutputMode::Gated, true, true);
+    let short = Case {
+        geo: geo(1, 2048, 4, 1, 2, 128, 64, 32),
+        chunk: 16,
+        opts,
+    };
+    let mut worst_short = 0.0f64;
+    let mut first_short = 0.0f64;
+    for seed in 0..16 {
+        let e = check::<f32>(&gpu, &stream, &short, 7000 + seed).worst();
+        if seed == 0 {
+            first_short = e;
+        }
+        worst_short = worst_short.max(e);
+    }
+    let long = Case {
+        geo: geo(1, 32768, 4, 1, 2, 128, 64, 32),
+        ..short
+    };
+    let e_long = check::<f32>(&gpu, &stream, &long, 7100).worst();
+    eprintln!(
+        "forward S=32768 f32 worst error {e_long:.2e} vs S=2048 {worst_short:.2e} (16 sequences; one sequence: {first_short:.2e}); ratio {:.2}",
+        e_long / worst_short
+    );
+    assert!(
+        e_long <= 1.2 * worst_short,
+        "error grows with S: {e_long:e} > 1.2 × {worst_short:e}"
+    );
+    assert!(e_long <= F32_TOL);
+}
+
+#[test]
+fn forward_rejects_bad_arguments_before_launch() {
+    let gpu = gpu_or_skip!();
+    let s = gpu.context().new_stream().expect("stream");
+    let case = small_cases()[0];
+    let inp = round_inputs::<f32>(&Mamba3Inputs::random(case.geo, case.opts, 3).unwrap());
+    let cfg = config_of::<f32>(&inp, case.chunk);
+    assert_eq!(dispatch_paths(&cfg), vec!["forward_fma_f32_r4"]);
+    let q = up_act::<f32>(&s, &inp.q);
+    let k = up_act::<f32>(&s, &inp.k);
+    let v = up_act::<f32>(&s, &inp.v);
+    let z = up_act::<f32>(&s, inp.z.as_ref().unwrap());
+    let trap = up_act::<f32>(&s, &inp.trap);
+    let dt = up_f32(&s, &inp.dt);
+    let adt = up_f32(&s, &inp.adt);
+    let angles = up_f32(&s, &inp.angle_logits);
+    let q_bias = up_f32(&s, &inp.q_bias);
+    let k_bias = up_f32(&s, &inp.k_bias);
+    let mimo_v = up_f32(&s, &inp.mimo_v);
+    let mimo_z = up_f32(&s, inp.mimo_z.as_ref().unwrap());
+    let mimo_o = up_f32(&s, inp.mimo_o.as_ref().unwrap());
+    let d = up_f32(&s, inp.d.as_ref().unwrap());
+    let inputs = ForwardInputs {
+        q: q.as_view(),
+        k: k.slice(1..),
+        v: v.as_view(),
+        z: Some(z.as_view()),
+        trap: trap.as_view(),
+        dt: dt.as_view(),
+        adt: adt.as_view(),
+        angles: angles.as_view(),
+        q_bias: q_bias.as_view(),
+        k_bias: k_bias.as_view(),
+        mimo_v: mimo_v.as_view(),
+        mimo_z: Some(mimo_z.as_view()),
+        mimo_o: Some(mimo_o.as_view()),
+        d: Some(d.as_view()),
+        norm_weight: None,
+    };
+    let mut out = poison::<f32>(&s, cfg.expected_lens(false).unwrap().out);
+    let err = forward(&gpu, &s, &cfg, &inputs, &mut out.as_view_mut(), None).unwrap_err();
+    eprintln!("rejected: {err}");
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "k", .. }),
+        "{err}"
+    );
+    // dtype mismatch.
+    let bad = ForwardConfig {
+        dtype: Dtype::Bf16,
+        ..cfg
+    };
+    let err = forward(&gpu, &s, &bad, &inputs, &mut out.as_view_mut(), None).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "dtype", .. }),
+        "{err}"
+    );
+    // A chunk too large for shared memory: the launch path's typed error.
+    let k_full = ForwardInputs {
+        k: k.as_view(),
+        ..inputs
+    };
+    let big = ForwardConfig {
+        chunk_size: 4096,
+        ..cfg
+    };
+    let err = forward(&gpu, &s, &big, &k_full, &mut out.as_view_mut(), None).unwrap_err();
+    eprintln!("rejected: {err}");
+    assert!(matches!(err, Error::SharedMemory { .. }), "{err}");
+    // Nothing was launched: the poisoned output is untouched.
+    let back = down_act(&s, &out);
+    assert!(back.iter().all(|x| x.is_nan()));
+}
