@@ -114,10 +114,10 @@ pub const fn decode_state_stride(n: u32) -> u32 {
     }
 }
 
-/// Column splits of the decode state update: a warp owns 32 rows (one per lane) of one split, and
-/// the splits of `P.div_ceil(32)` row sets fill the block's warps.
+/// Column splits of the decode state update: a warp owns 64 rows (two per lane) of one split, and
+/// the splits of `P.div_ceil(64)` row sets fill the block's warps.
 pub const fn decode_column_splits(p: u32) -> u32 {
-    let row_sets = p.div_ceil(32);
+    let row_sets = p.div_ceil(64);
     if row_sets >= DECODE_WARPS {
         1
     } else {

@@ -194,68 +194,105 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
             sync_threads();
 
             // --- State update and read-out ---
-            // A lane owns one state row of one column split: its row weights and its R read-out
-            // sums stay in registers (no cross-lane reduction), while k̂_prev, k̂ and q̂ of the
-            // current columns are warp-uniform broadcast loads.
+            // A lane owns two state rows (`row0`, `row0 + 32`) of one column split: their row
+            // weights and R read-out sums stay in registers (no cross-lane reduction), while
+            // k̂_prev, k̂ and q̂ of the current columns are warp-uniform broadcast loads shared
+            // by both rows.
             let splits = decode_column_splits(p);
             let mut item = warp;
-            while item < p.div_ceil(32) * splits {
+            while item < p.div_ceil(64) * splits {
                 let (set, split) = (item / splits, item % splits);
-                let row = 32 * set + lane;
-                if row < p {
-                    let mut wp = [0.0f32; R];
-                    let mut wc = [0.0f32; R];
-                    for r in 0..R {
-                        wp[r] = ld_shared_f32(at(sm, w_prev, r as u32 * p + row));
-                        wc[r] = ld_shared_f32(at(sm, w_cur, r as u32 * p + row));
+                let row0 = 64 * set + lane;
+                if row0 < p {
+                    // A missing second row repeats the first and stores nothing.
+                    let has_row1 = row0 + 32 < p;
+                    let row1 = if has_row1 { row0 + 32 } else { row0 };
+                    let mut wp = [[0.0f32; R]; 2];
+                    let mut wc = [[0.0f32; R]; 2];
+                    for (k, row) in [row0, row1].into_iter().enumerate() {
+                        for r in 0..R {
+                            wp[k][r] = ld_shared_f32(at(sm, w_prev, r as u32 * p + row));
+                            wc[k][r] = ld_shared_f32(at(sm, w_cur, r as u32 * p + row));
+                        }
                     }
-                    let mut acc = [0.0f32; R];
-                    let state_row = at(sm, lay.state, row * stride);
+                    let mut acc = [[0.0f32; R]; 2];
+                    let rows = [at(sm, lay.state, row0 * stride), at(sm, lay.state, row1 * stride)];
+                    // Byte addresses of rank r's vectors at column 0; a column adds 4 bytes.
+                    let mut kp_base = [0u32; R];
+                    let mut kc_base = [0u32; R];
+                    let mut q_base = [0u32; R];
+                    for r in 0..R {
+                        kp_base[r] = at(sm, k_prev, r as u32 * n);
+                        kc_base[r] = at(sm, k_cur, r as u32 * n);
+                        q_base[r] = at(sm, lay.q_rot, r as u32 * n);
+                    }
                     if vectorized {
-                        let quads = n / 4;
-                        let span = quads.div_ceil(splits);
-                        let mut qd = split * span;
-                        while qd < quads.min((split + 1) * span) {
-                            let col = 4 * qd;
-                            let mut s4 = ld_shared_v4_f32(state_row + 4 * col);
-                            for v in s4.iter_mut() {
-                                *v *= alpha;
-                            }
-                            for r in 0..R {
-                                let kp = ld_shared_v4_f32(at(sm, k_prev, r as u32 * n + col));
-                                let kc = ld_shared_v4_f32(at(sm, k_cur, r as u32 * n + col));
-                                for e in 0..4 {
-                                    s4[e] = fma_rn(wp[r], kp[e], fma_rn(wc[r], kc[e], s4[e]));
+                        let span = (n / 4).div_ceil(splits);
+                        let first = 16 * split * span;
+                        let end = 4 * n.min(4 * (split + 1) * span);
+                        let mut off = first;
+                        while off < end {
+                            let mut s4 = [ld_shared_v4_f32(rows[0] + off), ld_shared_v4_f32(rows[1] + off)];
+                            for row in s4.iter_mut() {
+                                for v in row.iter_mut() {
+                                    *v *= alpha;
                                 }
                             }
-                            st_shared_v4_f32(state_row + 4 * col, s4);
                             for r in 0..R {
-                                let q4 = ld_shared_v4_f32(at(sm, lay.q_rot, r as u32 * n + col));
-                                for e in 0..4 {
-                                    acc[r] = fma_rn(s4[e], q4[e], acc[r]);
+                                let kp = ld_shared_v4_f32(kp_base[r] + off);
+                                let kc = ld_shared_v4_f32(kc_base[r] + off);
+                                for k in 0..2 {
+                                    for e in 0..4 {
+                                        s4[k][e] = fma_rn(wp[k][r], kp[e], fma_rn(wc[k][r], kc[e], s4[k][e]));
+                                    }
                                 }
                             }
-                            qd += 1;
+                            st_shared_v4_f32(rows[0] + off, s4[0]);
+                            if has_row1 {
+                                st_shared_v4_f32(rows[1] + off, s4[1]);
+                            }
+                            for r in 0..R {
+                                let q4 = ld_shared_v4_f32(q_base[r] + off);
+                                for k in 0..2 {
+                                    for e in 0..4 {
+                                        acc[k][r] = fma_rn(s4[k][e], q4[e], acc[k][r]);
+                                    }
+                                }
+                            }
+                            off += 16;
                         }
                     } else {
                         let span = n.div_ceil(splits);
-                        let mut col = split * span;
-                        while col < n.min((split + 1) * span) {
-                            let mut s = alpha * ld_shared_f32(state_row + 4 * col);
+                        let end = 4 * n.min((split + 1) * span);
+                        let mut off = 4 * split * span;
+                        while off < end {
+                            let mut s = [alpha * ld_shared_f32(rows[0] + off), alpha * ld_shared_f32(rows[1] + off)];
                             for r in 0..R {
-                                let kp = ld_shared_f32(at(sm, k_prev, r as u32 * n + col));
-                                let kc = ld_shared_f32(at(sm, k_cur, r as u32 * n + col));
-                                s = fma_rn(wp[r], kp, fma_rn(wc[r], kc, s));
+                                let kp = ld_shared_f32(kp_base[r] + off);
+                                let kc = ld_shared_f32(kc_base[r] + off);
+                                for k in 0..2 {
+                                    s[k] = fma_rn(wp[k][r], kp, fma_rn(wc[k][r], kc, s[k]));
+                                }
                             }
-                            st_shared_f32(state_row + 4 * col, s);
+                            st_shared_f32(rows[0] + off, s[0]);
+                            if has_row1 {
+                                st_shared_f32(rows[1] + off, s[1]);
+                            }
                             for r in 0..R {
-                                acc[r] = fma_rn(s, ld_shared_f32(at(sm, lay.q_rot, r as u32 * n + col)), acc[r]);
+                                let q = ld_shared_f32(q_base[r] + off);
+                                for k in 0..2 {
+                                    acc[k][r] = fma_rn(s[k], q, acc[k][r]);
+                                }
                             }
-                            col += 1;
+                            off += 4;
                         }
                     }
                     for r in 0..R {
-                        st_shared_f32(at(sm, lay.y_part, (split * r_count + r as u32) * p + row), acc[r]);
+                        let slot = (split * r_count + r as u32) * p;
+                        st_shared_f32(at(sm, lay.y_part, slot + row0), acc[0][r]);
+                        if has_row1 {
+                            st_shared_f32(at(sm, lay.y_part, slot + row1), acc[1][r]);
+                        }
                     }
                 }
                 item += DECODE_WARPS;
