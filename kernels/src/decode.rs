@@ -3,9 +3,10 @@
 //! One block per (head, batch row), [`DECODE_WARPS`] warps. The block stages the (P, N) state in
 //! shared memory once (`cp.async`), runs every token of the call on chip — rotary + bias, the
 //! trapezoidal update with the previous token's rotated k and raw v, the read-out, D, gate, norm and
-//! contraction — and writes the state back once. Within a token a lane owns one state row of one column split (the splits fill the warps when P
-//! is small), so the rank axis sits in registers (`R` is a const generic), the read-out needs no
-//! cross-lane reduction, and the shared vectors k̂_prev, k̂, q̂ are warp-uniform broadcast loads.
+//! contraction — and writes the state back once. Within a token a lane owns two state rows of one
+//! column split (the splits fill the warps when P is small), so the rank axis sits in registers
+//! (`R` is a const generic), the read-out needs no cross-lane reduction, and the shared vectors
+//! k̂_prev, k̂, q̂ are warp-uniform broadcast loads.
 //!
 //! # Launch contract
 //! Grid `(H, B)`, block `32·DECODE_WARPS`, dynamic shared memory `DecodeSmem::new(R, N, P, Na)`
