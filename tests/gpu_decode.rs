@@ -17,21 +17,7 @@ use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOpti
 use mamba3::{Activation, Dtype, Error, Gpu, OutputMode, Rotation};
 use proptest::prelude::*;
 
-/// `max|ours − ref| / max|ref|`.
-fn normalized(ours: &[f64], reference: &[f64]) -> f64 {
-    assert_eq!(ours.len(), reference.len());
-    let diff = ours
-        .iter()
-        .zip(reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-    let scale = reference.iter().map(|v| v.abs()).fold(0.0, f64::max);
-    if diff == 0.0 {
-        0.0
-    } else {
-        diff / scale.max(f64::MIN_POSITIVE)
-    }
-}
+use common::rel_err;
 
 fn angle_err(ours: &[f64], reference: &[f64]) -> f64 {
     ours.iter()
@@ -288,9 +274,9 @@ fn run_case<X: Activation>(gpu: &Gpu, stream: &Arc<CudaStream>, case: Case, seed
     let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
     let theta: Vec<f64> = host.theta.iter().map(|x| *x as f64).collect();
     Errors {
-        out: normalized(&got, &want),
-        ssm: normalized(&ssm, &state.ssm),
-        k: normalized(&to_f64(&host.k), &state.k),
+        out: rel_err(&got, &want),
+        ssm: rel_err(&ssm, &state.ssm),
+        k: rel_err(&to_f64(&host.k), &state.k),
         theta: angle_err(&theta, &state.theta),
     }
 }
@@ -512,10 +498,10 @@ fn forward_then_step_tokens_equals_longer_forward() {
                     .to_vec()
             })
             .collect();
-        let e = normalized(&got, &want);
+        let e = rel_err(&got, &want);
         let host = state.to_host(&stream).unwrap();
         let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
-        let es = normalized(&ssm, &full.final_states.ssm);
+        let es = rel_err(&ssm, &full.final_states.ssm);
         eprintln!("forward(S=61) + step_tokens(T={tokens}) {mode:?} vs forward(S+T): out {e:.2e} state {es:.2e}");
         assert!(
             e <= 2e-6 && es <= 2e-6,

@@ -648,15 +648,8 @@ pub fn forward<T: Activation>(
         p: config.head_dim as u32,
         na: config.num_angles as u32,
         chunk: config.chunk_size as u32,
-        mode: match config.mode {
-            OutputMode::Gated => mamba3_abi::output_mode::GATED,
-            OutputMode::FusedNorm => mamba3_abi::output_mode::FUSED_NORM,
-            OutputMode::Prereduce => mamba3_abi::output_mode::PREREDUCE,
-        },
-        rotation: match config.rotation {
-            Rotation::HalfSplit => mamba3_abi::rotation::HALF_SPLIT,
-            Rotation::Pairwise => mamba3_abi::rotation::PAIRWISE,
-        },
+        mode: config.mode.code(),
+        rotation: config.rotation.code(),
         norm_eps: config.norm_eps,
         ..ForwardParams::default()
     };
