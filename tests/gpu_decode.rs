@@ -372,6 +372,14 @@ fn decode_matches_golden_on_the_reference_geometry() {
     );
 }
 
+/// 40 random geometries, or `MAMBA3_PROPTEST_CASES` (the sanitizer runs use fewer).
+fn proptest_cases() -> u32 {
+    std::env::var("MAMBA3_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40)
+}
+
 fn arb_case() -> impl Strategy<Value = Case> {
     (
         (
@@ -426,7 +434,7 @@ fn arb_case() -> impl Strategy<Value = Case> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proptest_cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn decode_matches_golden_over_random_geometries(case in arb_case(), bf16_dtype in any::<bool>(), seed in 0u64..1000) {

@@ -92,7 +92,7 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
 
     println!(
         "{:<7} {:<28} {:>5} {:>10} {:>6} {:>7}",
-        "arch", "entry", "regs", "smem (B)", "stack", "spills"
+        "arch", "entry", "regs", "static smem", "stack", "spills"
     );
     let mut failures = Vec::new();
     for arch in ARCHS {
