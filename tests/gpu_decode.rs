@@ -13,6 +13,7 @@ use mamba3::cuda::{CudaSlice, CudaStream};
 use mamba3::decode::{
     self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights, HostDecodeState,
 };
+use mamba3::forward::{forward_alloc, ForwardConfig, ForwardInputs};
 use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOptions};
 use mamba3::{Activation, Dtype, Error, Gpu, OutputMode, Rotation};
 use proptest::prelude::*;
@@ -514,6 +515,109 @@ fn forward_then_step_tokens_equals_longer_forward() {
         assert!(
             e <= 2e-6 && es <= 2e-6,
             "hand-off mismatch: out {e:e}, state {es:e}"
+        );
+    }
+}
+
+/// The GPU forward over S tokens hands its final states to decode (`DecodeState::from_forward`),
+/// then `T` GPU tokens equal the golden forward over `S + T`.
+#[test]
+fn gpu_forward_then_step_tokens_equals_longer_forward() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    for (tokens, mode) in [
+        (1, OutputMode::Gated),
+        (6, OutputMode::FusedNorm),
+        (3, OutputMode::Prereduce),
+    ] {
+        let case = Case {
+            batch: 2,
+            heads: 8,
+            groups: 2,
+            prefix: 45,
+            tokens,
+            mode,
+            ..REFERENCE
+        };
+        let all = case.inputs::<f32>(11);
+        let full = golden::forward_recurrent(&all).unwrap();
+        let prefill = all.token_slice(0, case.prefix).unwrap();
+        let pre = Device::<f32>::upload(&stream, &prefill);
+        let config = ForwardConfig {
+            batch: case.batch,
+            seq_len: case.prefix,
+            rank: case.rank,
+            groups: case.groups,
+            heads: case.heads,
+            state_dim: case.n,
+            head_dim: case.p,
+            num_angles: case.na,
+            chunk_size: 16,
+            dtype: Dtype::F32,
+            rotation: case.rotation,
+            mode,
+            has_z: case.has_z,
+            has_d: case.has_d,
+            norm_eps: prefill.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
+        };
+        let inputs = ForwardInputs {
+            q: pre.q.as_view(),
+            k: pre.k.as_view(),
+            v: pre.v.as_view(),
+            z: pre.z.as_ref().map(|z| z.as_view()),
+            trap: pre.trap.as_view(),
+            dt: pre.dt.as_view(),
+            adt: pre.adt.as_view(),
+            angles: pre.angles.as_view(),
+            q_bias: pre.q_bias.as_view(),
+            k_bias: pre.k_bias.as_view(),
+            mimo_v: pre.mimo_v.as_view(),
+            mimo_z: pre.mimo_z.as_ref().map(|m| m.as_view()),
+            mimo_o: pre.mimo_o.as_ref().map(|m| m.as_view()),
+            d: pre.d.as_ref().map(|m| m.as_view()),
+            norm_weight: pre.norm.as_ref().map(|m| m.as_view()),
+        };
+        let (_, states) = forward_alloc(&gpu, &stream, &config, &inputs, true).unwrap();
+        let decode_config = case.config(prefill.norm.as_ref().map_or(1e-5, |n| n.eps));
+        let mut state =
+            DecodeState::from_forward(&stream, decode_config, &states.unwrap()).unwrap();
+        let call = all.token_slice(case.prefix, case.prefix + tokens).unwrap();
+        let dev = Device::<f32>::upload(&stream, &call);
+        let mut out = stream
+            .alloc_zeros::<f32>(decode_config.output_len(tokens))
+            .unwrap();
+        decode::step_tokens(
+            &gpu,
+            &stream,
+            &mut state,
+            &dev.weights(),
+            &dev.inputs(),
+            tokens,
+            &mut out,
+        )
+        .unwrap();
+        let got: Vec<f64> = stream
+            .clone_dtoh(&out)
+            .unwrap()
+            .iter()
+            .map(|x| *x as f64)
+            .collect();
+        let per_token = full.out.len() / (case.batch * (case.prefix + tokens));
+        let want: Vec<f64> = (0..case.batch)
+            .flat_map(|b| {
+                let row = b * (case.prefix + tokens) * per_token;
+                full.out[row + case.prefix * per_token..row + (case.prefix + tokens) * per_token]
+                    .to_vec()
+            })
+            .collect();
+        let e = rel_err(&got, &want);
+        let host = state.to_host(&stream).unwrap();
+        let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
+        let es = rel_err(&ssm, &full.final_states.ssm);
+        eprintln!("GPU forward(S=45) + step_tokens(T={tokens}) {mode:?} vs golden forward(S+T): out {e:.2e} state {es:.2e}");
+        assert!(
+            e <= 2e-6 && es <= 2e-6,
+            "GPU hand-off mismatch: out {e:e}, state {es:e}"
         );
     }
 }

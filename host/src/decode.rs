@@ -300,6 +300,34 @@ impl<X: Activation> DecodeState<X> {
         })
     }
 
+    /// A state continuing from the forward's final states (θ in [0, 2π), SSM state, last rotated
+    /// k, last raw v), copied on `stream` device to device: the prefill → decode hand-off.
+    pub fn from_forward(
+        stream: &Arc<CudaStream>,
+        config: DecodeConfig,
+        states: &crate::forward::FinalStates<X>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let [t, s, k, v] = Self::lens(&config);
+        expect_len("states.theta", states.theta.len(), t, "(B,H,Na)")?;
+        expect_len("states.ssm", states.ssm.len(), s, "(B,H,P,N)")?;
+        expect_len("states.k", states.k.len(), k, "(B,R,H,N)")?;
+        expect_len("states.v", states.v.len(), v, "(B,H,P)")?;
+        let copy = || Error::driver("copying the forward's final states");
+        let theta = if t == 0 {
+            stream.alloc_zeros(1).map_err(copy())?
+        } else {
+            stream.clone_dtod(&states.theta).map_err(copy())?
+        };
+        Ok(DecodeState {
+            config,
+            theta,
+            ssm: stream.clone_dtod(&states.ssm).map_err(copy())?,
+            k: stream.clone_dtod(&states.k).map_err(copy())?,
+            v: stream.clone_dtod(&states.v).map_err(copy())?,
+        })
+    }
+
     /// Copies the state to the host (synchronizes `stream`).
     pub fn to_host(&self, stream: &Arc<CudaStream>) -> Result<HostDecodeState<X>> {
         let copy = || Error::driver("copying the decode state to the host");
