@@ -1,6 +1,7 @@
 //! Problem sizes and the flat row-major shapes derived from them.
 
 use super::error::Mamba3Error;
+use super::inputs::OutputMode;
 
 /// Sizes of one Mamba-3 MIMO problem. Every tensor is a flat row-major `f64` buffer whose shape is
 /// written with these letters: `B` batch, `S` seq_len, `R` rank, `G` groups, `H` heads, `N` state_dim,
@@ -186,6 +187,17 @@ impl Mamba3Geometry {
                 self.head_dim,
             ],
         )
+    }
+
+    /// Shape of the output cotangent `dout` of the backward pass for output mode `mode`.
+    pub(crate) fn dout_shape(&self, mode: OutputMode) -> Shape {
+        match mode {
+            OutputMode::Prereduce => Shape {
+                name: "dout",
+                ..self.prereduce_out_shape()
+            },
+            _ => self.vz_shape("dout"),
+        }
     }
 
     pub(crate) fn theta_state_shape(&self) -> Shape {

@@ -4,9 +4,11 @@
 //! * [`forward_chunked`]: the chunked SSD decomposition (§2.2, §2.3) with its per-chunk pieces
 //!   ([`chunk_da_cs`], [`chunk_da_cs_rev`], [`chunk_segsum`], [`trap_scale`], [`cumulative_theta`]).
 //! * [`step`]: decode continuation from [`FinalStates`].
+//! * [`backward_recurrent`]: reverse-mode [`Gradients`] of `Σ out ⊙ dout` through the recurrence (§5).
 //!
 //! All tensors are flat row-major `f64` buffers; shapes are documented on [`Mamba3Inputs`] and
 //! [`FinalStates`]. Independent (batch, head) pairs run in parallel on rayon's pool.
+mod backward;
 mod chunked;
 mod error;
 mod geometry;
@@ -20,6 +22,7 @@ mod rotation;
 mod state;
 mod step;
 
+pub use backward::{backward_recurrent, Gradients};
 pub use chunked::{chunk_da_cs, chunk_da_cs_rev, chunk_segsum, forward_chunked, trap_scale};
 pub use error::Mamba3Error;
 pub use geometry::Mamba3Geometry;
