@@ -18,7 +18,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use mamba3::golden::{
     forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
-use mamba3_abi::{ForwardParams, ForwardSmem, FORWARD_THREADS};
+use mamba3_abi::{ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS};
 
 use common::rel_err;
 
@@ -177,6 +177,23 @@ mod arch {
         }
     }
 
+    pub mod cp_async {
+        /// Copies at once: the kernel reads the destination only after `wait_group` and a
+        /// barrier, so the race check sees the copy as a write of the issuing thread.
+        pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
+            if !dst.is_multiple_of(16) || !(src as u64).is_multiple_of(16) {
+                super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
+            }
+            super::super::check_global(src as u64, 0, 16, false);
+            for k in 0..4u32 {
+                let w = unsafe { (src as *const u32).add(k as usize).read_unaligned() };
+                super::super::smem_write(dst + 4 * k, w);
+            }
+        }
+        pub fn commit_group() {}
+        pub fn wait_group<const PENDING: u32>() {}
+    }
+
     pub mod sreg {
         use std::sync::atomic::Ordering;
 
@@ -236,6 +253,7 @@ mod arch {
 /// Emulated `crate::elem`: the real conversions, with every access bounds-checked.
 mod elem {
     pub trait Elem: Copy {
+        const BYTES: u32;
         unsafe fn load(base: u64, i: usize) -> f32;
         unsafe fn store(base: u64, i: usize, value: f32);
     }
@@ -245,6 +263,7 @@ mod elem {
     pub struct Bf16(pub u16);
 
     impl Elem for f32 {
+        const BYTES: u32 = 4;
         unsafe fn load(base: u64, i: usize) -> f32 {
             super::check_global(base, i, 4, false);
             unsafe { *(base as *const f32).add(i) }
@@ -256,6 +275,7 @@ mod elem {
     }
 
     impl Elem for Bf16 {
+        const BYTES: u32 = 2;
         unsafe fn load(base: u64, i: usize) -> f32 {
             super::check_global(base, i, 2, false);
             let bits = unsafe { *(base as *const u16).add(i) };
@@ -336,7 +356,7 @@ struct Outputs {
 }
 
 /// Runs the emulated kernel on `inp` (already rounded) and returns outputs and final states.
-fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool) -> Outputs {
+fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool, staged: bool) -> Outputs {
     let g = inp.geometry;
     let mut buffers: Vec<(u64, u64, &'static str)> = Vec::new();
     // Activation buffers: keep either u16 or f32 storage alive.
@@ -452,6 +472,7 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool) -> Outputs {
             Rotation::Pairwise => mamba3_abi::rotation::PAIRWISE,
         },
         norm_eps: inp.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
+        staged: u32::from(staged),
     };
     let lay = ForwardSmem::new(
         g.rank as u32,
@@ -460,7 +481,14 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool) -> Outputs {
         g.num_angles as u32,
         chunk as u32,
     );
-    let words = lay.total as usize;
+    let stage = ForwardStage::new(
+        g.rank as u32,
+        g.state_dim as u32,
+        g.head_dim as u32,
+        chunk as u32,
+        if bf16 { 2 } else { 4 },
+    );
+    let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
     let threads = FORWARD_THREADS as usize;
     let buffers = Arc::new(buffers);
     for by in 0..g.batch as u32 {
@@ -606,11 +634,16 @@ fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> Rando
     }
 }
 
+/// Runs `case` with and without the staging region; returns the worst error.
 fn check(case: &Case, seed: u64) -> f64 {
+    check_staged(case, seed, true).max(check_staged(case, seed, false))
+}
+
+fn check_staged(case: &Case, seed: u64, staged: bool) -> f64 {
     let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     let inp = round_inputs(&raw, case.bf16);
     let reference = forward_recurrent(&inp).unwrap();
-    let ours = run_emulated(&inp, case.chunk, case.bf16);
+    let ours = run_emulated(&inp, case.chunk, case.bf16, staged);
     let fs = &reference.final_states;
     let e_out = rel_err(&ours.out, &reference.out);
     let e_theta = common::angle_rel_err(&ours.theta, &fs.theta);
@@ -619,8 +652,9 @@ fn check(case: &Case, seed: u64) -> f64 {
     let e_v = rel_err(&ours.v, &fs.v);
     let worst = e_out.max(e_theta).max(e_ssm).max(e_k).max(e_v);
     eprintln!(
-        "emulated {} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
+        "emulated {}{} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
         if case.bf16 { "bf16" } else { "f32" },
+        if staged { " staged" } else { "" },
         case.geo,
         case.chunk,
         case.opts

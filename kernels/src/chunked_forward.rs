@@ -23,14 +23,23 @@
 //! Shapes are padded to multiples of 4 (N, P) and of the score tile (C) with zeros, so every
 //! inner loop reads 16-byte vectors; padded rows and columns are never written out.
 //!
+//! When `staged` is set, the raw q, k and v rows of chunk c+1 are copied into a staging region
+//! ([`ForwardStage`]) with 16-byte `cp.async` while chunk c computes (phases C–F), so phases A and B
+//! read them from shared memory; the token scalars are loaded one token per thread and their
+//! prefixes formed from shared memory (A2).
+//!
 //! # Launch contract
 //! Grid `(H, B)`, block [`FORWARD_THREADS`], dynamic shared memory
-//! `ForwardSmem::new(R, N, P, Na, C).bytes()`; every pointer of [`ForwardParams`] valid for its
-//! documented shape (the host validates); `rank == R`.
+//! `ForwardSmem::new(R, N, P, Na, C).bytes()`, plus `ForwardStage::new(R, N, P, C, size of X)
+//! .bytes` when `staged` is 1; every pointer of [`ForwardParams`] valid for its documented shape
+//! (the host validates); `rank == R`.
 
-use mamba3_abi::{output_mode, rotation, ForwardParams, ForwardSmem, FORWARD_THREADS};
+use mamba3_abi::{
+    output_mode, rotation, ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS,
+};
 
 use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
+use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
@@ -103,11 +112,64 @@ unsafe fn st_shared_f64(addr: u32, value: f64) {
     }
 }
 
+/// Element `col` of a raw staged row (activation dtype `X`) at shared byte address `row`.
+#[inline(always)]
+unsafe fn ld_raw<X: Elem>(row: u32, col: u32) -> f32 {
+    // SAFETY (whole body): forwarded to the caller.
+    unsafe {
+        if X::BYTES == 4 {
+            ld_shared_f32(row + 4 * col)
+        } else {
+            // bf16: the word holding elements 2m (low half) and 2m + 1 (high half).
+            let w = ld_shared_u32(row + 2 * (col & !1));
+            f32::from_bits(if col & 1 == 0 {
+                w << 16
+            } else {
+                w & 0xffff_0000
+            })
+        }
+    }
+}
+
+/// Word `w` (4 bytes) of a raw row of `len` elements of type `X` that starts at element `start`
+/// of the global tensor `base`; elements past `len` read as zero.
+#[inline(always)]
+unsafe fn raw_word<X: Elem>(base: u64, start: usize, len: u32, w: u32) -> u32 {
+    // SAFETY (whole body): forwarded to the caller.
+    unsafe {
+        if X::BYTES == 4 {
+            if w < len {
+                X::load(base, start + w as usize).to_bits()
+            } else {
+                0
+            }
+        } else {
+            let (e0, e1) = (2 * w, 2 * w + 1);
+            let lo = if e0 < len {
+                X::load(base, start + e0 as usize).to_bits() >> 16
+            } else {
+                0
+            };
+            let hi = if e1 < len {
+                X::load(base, start + e1 as usize).to_bits() & 0xffff_0000
+            } else {
+                0
+            };
+            lo | hi
+        }
+    }
+}
+
 /// Per-block constants shared by the phases.
 #[derive(Clone, Copy)]
 struct Ctx {
     base: u32,
     lay: ForwardSmem,
+    stage: ForwardStage,
+    /// Shared byte address of the staging region (valid when `staged`).
+    raw: u32,
+    /// Raw q, k, v come from the staging region rather than global memory.
+    staged: bool,
     tid: u32,
     b: usize,
     h: usize,
@@ -140,41 +202,24 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
     let lay = &cx.lay;
     // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
     unsafe {
-        // Token scalars, one thread per chunk position.
-        let mut i = cx.tid;
-        while i < lay.cp {
-            let (mut a_cs, mut e_a, mut gamma, mut c_s, mut k_s) = (0.0, 0.0, 0.0, 0.0, 0.0);
-            if i < len {
-                let t = c0 + i as usize;
-                let (mut pre, mut suf) = (0.0f32, 0.0f32);
-                let mut u = 0;
-                while u < len {
-                    let a = ldg(prm.adt, cx.row + c0 + u as usize);
-                    if u <= i {
-                        pre += a;
-                    } else {
-                        suf += a;
-                    }
-                    u += 1;
-                }
+        // Raw token scalars, one thread per token, all loads of the block in flight together:
+        // adt, γ_u = σ(trap_u)·Δ_u and ε_u = Δ_u·σ(−trap_u), the latter also for the token after
+        // the chunk (c_{len−1} needs it). Phase A2 forms the prefixes from shared memory.
+        let mut u = cx.tid;
+        while u <= len {
+            let t = c0 + u as usize;
+            if t < cx.s_len {
                 let dt = ldg(prm.dt, cx.row + t);
-                gamma = sigmoid(X::load(prm.trap, cx.row + t)) * dt;
-                let eps_next = if t + 1 < cx.s_len {
-                    ldg(prm.dt, cx.row + t + 1) * sigmoid(-X::load(prm.trap, cx.row + t + 1))
-                } else {
-                    0.0
-                };
-                c_s = gamma + eps_next;
-                a_cs = pre;
-                e_a = exp(pre);
-                k_s = exp(suf) * c_s;
+                let tr = X::load(prm.trap, cx.row + t);
+                if u < len {
+                    st_shared_f32(cx.sm(lay.adt, u), ldg(prm.adt, cx.row + t));
+                    st_shared_f32(cx.sm(lay.gamma, u), sigmoid(tr) * dt);
+                }
+                st_shared_f32(cx.sm(lay.eps, u), dt * sigmoid(-tr));
+            } else {
+                st_shared_f32(cx.sm(lay.eps, u), 0.0);
             }
-            st_shared_f32(cx.sm(lay.a_cs, i), a_cs);
-            st_shared_f32(cx.sm(lay.exp_a, i), e_a);
-            st_shared_f32(cx.sm(lay.gamma, i), gamma);
-            st_shared_f32(cx.sm(lay.c_scale, i), c_s);
-            st_shared_f32(cx.sm(lay.k_scale, i), k_s);
-            i += T;
+            u += T;
         }
 
         // Angle increments π·tanh(logit)·Δ in f64, one (time, angle) pair per thread, kept in the
@@ -213,7 +258,15 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
                 let t = c0 + i as usize;
                 let iv = ((cx.b * cx.s_len + t) * cx.heads + cx.h) * cx.p as usize + pp as usize;
                 let im = (cx.h * R + r as usize) * cx.p as usize + pp as usize;
-                let vv = X::load(prm.v, if valid { iv } else { 0 });
+                let vv = if cx.staged {
+                    if valid {
+                        ld_raw::<X>(cx.raw + cx.stage.v + i * cx.stage.p_row, pp)
+                    } else {
+                        0.0
+                    }
+                } else {
+                    X::load(prm.v, if valid { iv } else { 0 })
+                };
                 let mv = ldg(prm.mimo_v, if valid { im } else { 0 });
                 *out = if valid { vv * mv } else { 0.0 };
             }
@@ -224,6 +277,44 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
                 }
             }
             e += 4 * T;
+        }
+    }
+}
+
+/// Phase A2, token scalars: the inclusive log-decay prefix `A_i`, `exp(A_i)`, `c_i`, and the
+/// state-pass scale `exp(Ā_i)·c_i`, one thread per chunk position, from phase A's raw scalars.
+#[inline(always)]
+unsafe fn phase_token_scalars(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    // SAFETY (whole body): positions < cp and tokens ≤ len lie inside the scalar regions.
+    unsafe {
+        let mut i = cx.tid;
+        while i < lay.cp {
+            let (mut a_cs, mut e_a, mut gamma, mut c_s, mut k_s) = (0.0, 0.0, 0.0, 0.0, 0.0);
+            if i < len {
+                let (mut pre, mut suf) = (0.0f32, 0.0f32);
+                let mut u = 0;
+                while u < len {
+                    let a = ld_shared_f32(cx.sm(lay.adt, u));
+                    if u <= i {
+                        pre += a;
+                    } else {
+                        suf += a;
+                    }
+                    u += 1;
+                }
+                gamma = ld_shared_f32(cx.sm(lay.gamma, i));
+                c_s = gamma + ld_shared_f32(cx.sm(lay.eps, i + 1));
+                a_cs = pre;
+                e_a = exp(pre);
+                k_s = exp(suf) * c_s;
+            }
+            st_shared_f32(cx.sm(lay.a_cs, i), a_cs);
+            st_shared_f32(cx.sm(lay.exp_a, i), e_a);
+            st_shared_f32(cx.sm(lay.gamma, i), gamma);
+            st_shared_f32(cx.sm(lay.c_scale, i), c_s);
+            st_shared_f32(cx.sm(lay.k_scale, i), k_s);
+            i += T;
         }
     }
 }
@@ -307,10 +398,31 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
                 } else {
                     (0, 0)
                 };
-                let qa = X::load(prm.q, sa) + ldg(prm.q_bias, ba);
-                let qb = X::load(prm.q, sb) + ldg(prm.q_bias, bb);
-                let ka = X::load(prm.k, sa) + ldg(prm.k_bias, ba);
-                let kb = X::load(prm.k, sb) + ldg(prm.k_bias, bb);
+                let (rqa, rqb, rka, rkb) = if cx.staged {
+                    if valid {
+                        let q_row = cx.raw + cx.stage.q + rho * cx.stage.n_row;
+                        let k_row = cx.raw + cx.stage.k + rho * cx.stage.n_row;
+                        (
+                            ld_raw::<X>(q_row, ia),
+                            ld_raw::<X>(q_row, ib),
+                            ld_raw::<X>(k_row, ia),
+                            ld_raw::<X>(k_row, ib),
+                        )
+                    } else {
+                        (0.0, 0.0, 0.0, 0.0)
+                    }
+                } else {
+                    (
+                        X::load(prm.q, sa),
+                        X::load(prm.q, sb),
+                        X::load(prm.k, sa),
+                        X::load(prm.k, sb),
+                    )
+                };
+                let qa = rqa + ldg(prm.q_bias, ba);
+                let qb = rqb + ldg(prm.q_bias, bb);
+                let ka = rka + ldg(prm.k_bias, ba);
+                let kb = rkb + ldg(prm.k_bias, bb);
                 *out = if valid { [qa, qb, ka, kb] } else { [0.0; 4] };
             }
             for (u, v) in vals.iter().enumerate() {
@@ -361,6 +473,64 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
             st_shared_f32(cx.sm(lay.seg, e), w);
             e += T;
         }
+    }
+}
+
+/// Copies chunk `c0`'s raw q and k rows (row `ρ = i·R + r`) and v rows (row i) of `len` tokens
+/// into the staging region: 16-byte `cp.async` copies that complete while the current chunk
+/// computes (visible after `wait_group` and a barrier), or, when a row is not a whole number of
+/// 16-byte aligned units in global memory, plain 4-byte loads and stores (visible after the
+/// barrier alone).
+#[inline(always)]
+unsafe fn stage_raw<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx, c0: usize, len: u32) {
+    let st = &cx.stage;
+    let eb = X::BYTES as usize;
+    // SAFETY (whole body): rows < len·R (q, k) and < len (v) of tokens < S, within each row's
+    // padded bytes; the launch contract's shapes bound the global reads.
+    unsafe {
+        let qk_vec = (cx.n * X::BYTES).is_multiple_of(16) && (prm.q | prm.k).is_multiple_of(16);
+        let upr = if qk_vec { st.n_row / 16 } else { st.n_row / 4 };
+        let total = len * R as u32 * upr;
+        let mut u = cx.tid;
+        while u < 2 * total {
+            let second = u >= total;
+            let uu = if second { u - total } else { u };
+            let rho = uu / upr;
+            let col = uu - rho * upr;
+            let i = rho / R as u32;
+            let r = rho - i * R as u32;
+            let src = (((cx.b * cx.s_len + c0 + i as usize) * R + r as usize) * cx.groups + cx.g)
+                * cx.n as usize;
+            let (gbase, region) = if second { (prm.k, st.k) } else { (prm.q, st.q) };
+            let dst = cx.raw + region + rho * st.n_row;
+            if qk_vec {
+                let from = gbase + (src * eb) as u64 + 16 * col as u64;
+                cp_async_cg_16(dst + 16 * col, from as *const u8);
+            } else {
+                let word = raw_word::<X>(gbase, src, cx.n, col);
+                st_shared_f32(dst + 4 * col, f32::from_bits(word));
+            }
+            u += T;
+        }
+        let v_vec = (cx.p * X::BYTES).is_multiple_of(16) && prm.v.is_multiple_of(16);
+        let upr = if v_vec { st.p_row / 16 } else { st.p_row / 4 };
+        let total = len * upr;
+        let mut u = cx.tid;
+        while u < total {
+            let i = u / upr;
+            let col = u - i * upr;
+            let src = ((cx.b * cx.s_len + c0 + i as usize) * cx.heads + cx.h) * cx.p as usize;
+            let dst = cx.raw + st.v + i * st.p_row;
+            if v_vec {
+                let from = prm.v + (src * eb) as u64 + 16 * col as u64;
+                cp_async_cg_16(dst + 16 * col, from as *const u8);
+            } else {
+                let word = raw_word::<X>(prm.v, src, cx.p, col);
+                st_shared_f32(dst + 4 * col, f32::from_bits(word));
+            }
+            u += T;
+        }
+        commit_group();
     }
 }
 
@@ -714,9 +884,13 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
     let b = block_y() as usize;
     let s_len = prm.seq_len as usize;
     let lay = ForwardSmem::new(R as u32, prm.n, prm.p, prm.na, prm.chunk);
+    let base = smem_base();
     let cx = Ctx {
-        base: smem_base(),
+        base,
         lay,
+        stage: ForwardStage::new(R as u32, prm.n, prm.p, prm.chunk, X::BYTES),
+        raw: base + lay.bytes(),
+        staged: prm.staged != 0,
         tid: thread_x(),
         b,
         h,
@@ -732,6 +906,10 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
     // SAFETY (whole body): the launch contract; every phase is separated by block barriers.
     unsafe {
         let d_h = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
+        let chunk = prm.chunk as usize;
+        if cx.staged {
+            stage_raw::<X, R>(prm, &cx, 0, s_len.min(chunk) as u32);
+        }
         // Zero state and angle carries.
         let mut e = cx.tid;
         while e < lay.p4 * lay.n_stride {
@@ -743,18 +921,24 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             st_shared_f32(cx.sm(lay.theta, j), 0.0);
             j += T;
         }
+        wait_group::<0>();
         sync_threads();
 
-        let chunk = prm.chunk as usize;
         let mut c0 = 0usize;
         while c0 < s_len {
             let len = (s_len - c0).min(chunk) as u32;
             phase_scalars_angles_x::<X, R>(prm, &cx, c0, len);
             sync_threads();
+            phase_token_scalars(&cx, len);
             phase_angle_prefix(&cx, len);
             sync_threads();
             phase_stage_qk::<X, R>(prm, &cx, c0, len);
             sync_threads();
+            // The staging region is free from here to the end of the chunk: fetch the next one.
+            let next = c0 + chunk;
+            if cx.staged && next < s_len {
+                stage_raw::<X, R>(prm, &cx, next, (s_len - next).min(chunk) as u32);
+            }
             phase_scores::<R>(&cx, len);
             sync_threads();
             phase_outputs_raw::<R>(&cx, len, d_h);
@@ -765,6 +949,7 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             }
             phase_store_outputs::<X, R>(prm, &cx, c0, len);
             phase_state::<R>(&cx, len);
+            wait_group::<0>();
             sync_threads();
             c0 += chunk;
         }
