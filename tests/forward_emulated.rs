@@ -39,6 +39,8 @@ struct Launch {
     reader: Vec<AtomicU64>,
     barrier: Barrier,
     warp_slots: Vec<AtomicU32>,
+    /// Six operand registers per thread for the emulated `mma`.
+    mma_slots: Vec<AtomicU32>,
     warp_barriers: Vec<Barrier>,
     /// Global buffers of the launch: (start address, length in bytes, name).
     buffers: Vec<(u64, u64, &'static str)>,
@@ -177,6 +179,49 @@ mod arch {
         }
     }
 
+    pub mod mma {
+        use std::sync::atomic::Ordering;
+
+        /// The warp's 32 lanes post their operand registers, then each lane forms its four
+        /// accumulator elements from the whole A and B tiles rebuilt through the fragment maps.
+        pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            for (j, v) in a.iter().chain(b.iter()).enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let half = |v: u32, hi: bool| -> f32 {
+                f32::from_bits(if hi { v & 0xffff_0000 } else { v << 16 })
+            };
+            let mut am = [[0.0f32; 16]; 16];
+            let mut bm = [[0.0f32; 8]; 16];
+            for l in 0..32u32 {
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                for i in 0..8u32 {
+                    let (r, c) = super::super::frag::a_m16k16(l, i);
+                    am[r as usize][c as usize] = half(slot((i / 2) as usize), i % 2 == 1);
+                }
+                for i in 0..4u32 {
+                    let (k, n) = super::super::frag::b_k16n8(l, i);
+                    bm[k as usize][n as usize] = half(slot(4 + (i / 2) as usize), i % 2 == 1);
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (s, v) in acc.iter_mut().enumerate() {
+                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let mut sum = 0.0f32;
+                for k in 0..16 {
+                    sum += am[r as usize][k] * bm[k][c as usize];
+                }
+                *v += sum;
+            }
+        }
+    }
+
     pub mod cp_async {
         /// Copies at once: the kernel reads the destination only after `wait_group` and a
         /// barrier, so the race check sees the copy as a write of the issuing thread.
@@ -296,6 +341,9 @@ mod math;
 
 #[path = "../kernels/src/angles.rs"]
 mod angles;
+
+#[path = "../kernels/src/frag.rs"]
+mod frag;
 
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply.
 #[allow(clippy::all)]
@@ -502,6 +550,7 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool, staged: bool) -> O
                 reader: (0..words).map(|_| AtomicU64::new(0)).collect(),
                 barrier: Barrier::new(threads),
                 warp_slots: (0..threads).map(|_| AtomicU32::new(0)).collect(),
+                mma_slots: (0..6 * threads).map(|_| AtomicU32::new(0)).collect(),
                 warp_barriers: (0..threads / 32).map(|_| Barrier::new(32)).collect(),
                 buffers: (*buffers).clone(),
                 errors: Mutex::new(Vec::new()),
@@ -724,6 +773,31 @@ fn emulated_kernel_matches_golden_on_small_geometries() {
             geo: geo(1, 9, 8, 1, 1, 8, 6, 4),
             chunk: 2,
             opts: opts(Pairwise, Prereduce, true, true),
+            bf16: true,
+        },
+        // bf16 on tensor cores (rows cp·R, N and P whole 16-wide tiles), with tails.
+        Case {
+            geo: geo(1, 23, 4, 1, 2, 32, 16, 8),
+            chunk: 8,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(2, 19, 2, 2, 2, 16, 32, 4),
+            chunk: 8,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 21, 1, 1, 1, 48, 16, 12),
+            chunk: 16,
+            opts: opts(HalfSplit, Prereduce, false, false),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 7, 8, 1, 1, 16, 16, 8),
+            chunk: 2,
+            opts: opts(Pairwise, Gated, true, true),
             bf16: true,
         },
     ];

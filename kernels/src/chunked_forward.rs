@@ -40,7 +40,8 @@ use mamba3_abi::{
 
 use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
-use crate::arch::float::fma_rn;
+use crate::arch::float::{fma_rn, to_bf16};
+use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
     st_shared_f32, sync_threads, thread_x,
@@ -48,6 +49,7 @@ use crate::arch::sreg::{
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
+use crate::frag::{a_m16k16, acc_m16n8, b_k16n8};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
 
 const T: u32 = FORWARD_THREADS;
@@ -811,6 +813,208 @@ unsafe fn phase_state<const R: usize>(cx: &Ctx, len: u32) {
     }
 }
 
+/// Whether the tensor-core phases apply: bf16 activations (whose products upstream also forms in
+/// bf16) and GEMM dimensions that are whole 16-wide tiles (rows `cp·R`, N and P).
+#[inline(always)]
+fn use_mma<X: Elem>(cx: &Ctx) -> bool {
+    X::BYTES == 2
+        && cx.lay.rows.is_multiple_of(16)
+        && cx.n.is_multiple_of(16)
+        && cx.p.is_multiple_of(16)
+}
+
+/// Two f32 rounded to bf16 and packed as one mma operand register (`lo` in the low half).
+#[inline(always)]
+fn pack_bf16(lo: f32, hi: f32) -> u32 {
+    to_bf16(lo) as u32 | ((to_bf16(hi) as u32) << 16)
+}
+
+/// This lane's A fragment (16×16, row-major) of the matrix whose element (row, col) is `at`.
+#[inline(always)]
+fn a_frag(lane: u32, at: impl Fn(u32, u32) -> f32) -> [u32; 4] {
+    let mut regs = [0u32; 4];
+    for (j, reg) in regs.iter_mut().enumerate() {
+        let (r0, c0) = a_m16k16(lane, 2 * j as u32);
+        let (r1, c1) = a_m16k16(lane, 2 * j as u32 + 1);
+        *reg = pack_bf16(at(r0, c0), at(r1, c1));
+    }
+    regs
+}
+
+/// This lane's B fragment (16×8, element (k, n) is `at`).
+#[inline(always)]
+fn b_frag(lane: u32, at: impl Fn(u32, u32) -> f32) -> [u32; 2] {
+    let mut regs = [0u32; 2];
+    for (j, reg) in regs.iter_mut().enumerate() {
+        let (k0, n0) = b_k16n8(lane, 2 * j as u32);
+        let (k1, n1) = b_k16n8(lane, 2 * j as u32 + 1);
+        *reg = pack_bf16(at(k0, n0), at(k1, n1));
+    }
+    regs
+}
+
+/// Phase C on tensor cores: weighted scores `W[ρ,ρ'] = w(i,i')·q̂_ρ·k̂_ρ'` per 16×16 block with
+/// `ρ'`-block ≤ `ρ`-block (later blocks hold only later times, as 16 is a multiple of R), one warp
+/// per block; blocks past the chunk's live rows are skipped (phase D skips them too).
+#[inline(always)]
+unsafe fn phase_scores_mma<const R: usize>(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let ws = lay.rows;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    let live = (len * R as u32).div_ceil(16);
+    // SAFETY (whole body): rows < 16·live ≤ rows and columns < N lie inside the staged regions.
+    unsafe {
+        let mut item = warp;
+        while item < live * live {
+            let mb = item / live;
+            let nb = item - mb * live;
+            if nb <= mb {
+                let mut acc = [[0.0f32; 4]; 2];
+                let q_blk = cx.sm(lay.q, 16 * mb * ns);
+                let k_blk = cx.sm(lay.k, 16 * nb * ns);
+                let mut kk = 0;
+                while kk < cx.n {
+                    let a = a_frag(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
+                    for (t, acc_t) in acc.iter_mut().enumerate() {
+                        let b = b_frag(lane, |k, n| {
+                            ld_shared_f32(k_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
+                        });
+                        mma_m16n8k16_bf16_f32(acc_t, a, b);
+                    }
+                    kk += 16;
+                }
+                for (t, acc_t) in acc.iter().enumerate() {
+                    for (slot, v) in acc_t.iter().enumerate() {
+                        let (r, c) = acc_m16n8(lane, slot as u32);
+                        let rho = 16 * mb + r;
+                        let rho2 = 16 * nb + 8 * t as u32 + c;
+                        let w = ld_shared_f32(
+                            cx.sm(lay.seg, rho / R as u32 * lay.cp + rho2 / R as u32),
+                        );
+                        st_shared_f32(cx.sm(lay.w, rho * ws + rho2), v * w);
+                    }
+                }
+            }
+            item += T / 32;
+        }
+    }
+}
+
+/// Phase D on tensor cores: `y = exp(A_i)·q̂ Sᵀ + W x + D·x` per 16×16 (row, p) block, one warp
+/// per block; the state is rounded to bf16 for the product only (it stays f32 in shared memory).
+#[inline(always)]
+unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let ws = lay.rows;
+    let p4 = lay.p4;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    let live = (len * R as u32).div_ceil(16);
+    let pb = cx.p / 16;
+    // SAFETY (whole body): rows < 16·live, p < P and n < N lie inside the staged regions; the
+    // weighted scores of blocks kb ≤ mb were written by phase C.
+    unsafe {
+        let mut item = warp;
+        while item < live * pb {
+            let mb = item / pb;
+            let nb = item - mb * pb;
+            let mut acc = [[0.0f32; 4]; 2];
+            let q_blk = cx.sm(lay.q, 16 * mb * ns);
+            let s_blk = cx.sm(lay.state, 16 * nb * ns);
+            let mut kk = 0;
+            while kk < cx.n {
+                let a = a_frag(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let b = b_frag(lane, |k, n| {
+                        ld_shared_f32(s_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
+                    });
+                    mma_m16n8k16_bf16_f32(acc_t, a, b);
+                }
+                kk += 16;
+            }
+            for acc_t in acc.iter_mut() {
+                for (slot, v) in acc_t.iter_mut().enumerate() {
+                    let (r, _) = acc_m16n8(lane, slot as u32);
+                    *v *= ld_shared_f32(cx.sm(lay.exp_a, (16 * mb + r) / R as u32));
+                }
+            }
+            let mut kb = 0;
+            while kb <= mb {
+                let w_blk = cx.sm(lay.w, 16 * mb * ws + 16 * kb);
+                let a = a_frag(lane, |r, c| ld_shared_f32(w_blk + 4 * (r * ws + c)));
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let b = b_frag(lane, |k, n| {
+                        ld_shared_f32(cx.sm(lay.x, (16 * kb + k) * p4 + 16 * nb + 8 * t as u32 + n))
+                    });
+                    mma_m16n8k16_bf16_f32(acc_t, a, b);
+                }
+                kb += 1;
+            }
+            for (t, acc_t) in acc.iter().enumerate() {
+                for (slot, v) in acc_t.iter().enumerate() {
+                    let (r, c) = acc_m16n8(lane, slot as u32);
+                    let at = (16 * mb + r) * p4 + 16 * nb + 8 * t as u32 + c;
+                    let x = ld_shared_f32(cx.sm(lay.x, at));
+                    st_shared_f32(cx.sm(lay.y, at), fma_rn(d_h, x, *v));
+                }
+            }
+            item += T / 32;
+        }
+    }
+}
+
+/// Phase F's state pass on tensor cores: `S ← exp(A_last)·S + Σ_ρ x_ρ (exp(Ā_i)·c_i·k̂_ρ)ᵀ` per
+/// 16×16 (p, n) block, one warp per block, over the chunk's live 16-row blocks.
+#[inline(always)]
+unsafe fn phase_state_mma<const R: usize>(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let p4 = lay.p4;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    let live = (len * R as u32).div_ceil(16);
+    let (pb, nb_count) = (cx.p / 16, cx.n / 16);
+    // SAFETY (whole body): p < P, n < N and rows < 16·live lie inside the staged regions.
+    unsafe {
+        let decay = ld_shared_f32(cx.sm(lay.exp_a, len - 1));
+        let mut item = warp;
+        while item < pb * nb_count {
+            let mb = item / nb_count;
+            let nb = item - mb * nb_count;
+            let s_blk = cx.sm(lay.state, 16 * mb * ns + 16 * nb);
+            let mut acc = [[0.0f32; 4]; 2];
+            for (t, acc_t) in acc.iter_mut().enumerate() {
+                for (slot, v) in acc_t.iter_mut().enumerate() {
+                    let (r, c) = acc_m16n8(lane, slot as u32);
+                    *v = decay * ld_shared_f32(s_blk + 4 * (r * ns + 8 * t as u32 + c));
+                }
+            }
+            let mut kb = 0;
+            while kb < live {
+                let a = a_frag(lane, |r, c| {
+                    ld_shared_f32(cx.sm(lay.x, (16 * kb + c) * p4 + 16 * mb + r))
+                });
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let b = b_frag(lane, |k, n| {
+                        let rho = 16 * kb + k;
+                        ld_shared_f32(cx.sm(lay.k_scale, rho / R as u32))
+                            * ld_shared_f32(cx.sm(lay.k, rho * ns + 16 * nb + 8 * t as u32 + n))
+                    });
+                    mma_m16n8k16_bf16_f32(acc_t, a, b);
+                }
+                kb += 1;
+            }
+            for (t, acc_t) in acc.iter().enumerate() {
+                for (slot, v) in acc_t.iter().enumerate() {
+                    let (r, c) = acc_m16n8(lane, slot as u32);
+                    st_shared_f32(s_blk + 4 * (r * ns + 8 * t as u32 + c), *v);
+                }
+            }
+            item += T / 32;
+        }
+    }
+}
+
 /// Writes the requested final states after the last chunk.
 #[inline(always)]
 unsafe fn write_final_states<X: Elem, const R: usize>(
@@ -939,16 +1143,29 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             if cx.staged && next < s_len {
                 stage_raw::<X, R>(prm, &cx, next, (s_len - next).min(chunk) as u32);
             }
-            phase_scores::<R>(&cx, len);
+            let mma = use_mma::<X>(&cx);
+            if mma {
+                phase_scores_mma::<R>(&cx, len);
+            } else {
+                phase_scores::<R>(&cx, len);
+            }
             sync_threads();
-            phase_outputs_raw::<R>(&cx, len, d_h);
+            if mma {
+                phase_outputs_mma::<R>(&cx, len, d_h);
+            } else {
+                phase_outputs_raw::<R>(&cx, len, d_h);
+            }
             sync_threads();
             if prm.mode == output_mode::FUSED_NORM {
                 phase_rstd::<R>(&cx, len, prm.norm_eps);
                 sync_threads();
             }
             phase_store_outputs::<X, R>(prm, &cx, c0, len);
-            phase_state::<R>(&cx, len);
+            if mma {
+                phase_state_mma::<R>(&cx, len);
+            } else {
+                phase_state::<R>(&cx, len);
+            }
             wait_group::<0>();
             sync_threads();
             c0 += chunk;
