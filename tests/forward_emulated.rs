@@ -174,6 +174,10 @@ mod arch {
         pub fn floor(a: f32) -> f32 {
             a.floor()
         }
+        pub fn to_tf32(a: f32) -> u32 {
+            // Round to nearest, ties away from zero, on the 13 dropped mantissa bits (finite a).
+            (a.to_bits() + 0x1000) & !0x1fff
+        }
         pub fn to_bf16(a: f32) -> u16 {
             half::bf16::from_f32(a).to_bits()
         }
@@ -181,6 +185,8 @@ mod arch {
 
     pub mod mma {
         use std::sync::atomic::Ordering;
+
+        pub use super::mma_tf32::mma_m16n8k8_tf32_f32;
 
         /// The warp's 32 lanes post their operand registers, then each lane forms its four
         /// accumulator elements from the whole A and B tiles rebuilt through the fragment maps.
@@ -215,6 +221,45 @@ mod arch {
                 let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
                 let mut sum = 0.0f32;
                 for k in 0..16 {
+                    sum += am[r as usize][k] * bm[k][c as usize];
+                }
+                *v += sum;
+            }
+        }
+    }
+
+    /// As `mma` above for `mma.m16n8k8` tf32 (A 16×8, B 8×8 of f32 bit patterns).
+    pub mod mma_tf32 {
+        use std::sync::atomic::Ordering;
+
+        pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            for (j, v) in a.iter().chain(b.iter()).enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let mut am = [[0.0f32; 8]; 16];
+            let mut bm = [[0.0f32; 8]; 8];
+            for l in 0..32u32 {
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                for i in 0..4u32 {
+                    let (r, c) = super::super::frag::a_m16k8_tf32(l, i);
+                    am[r as usize][c as usize] = f32::from_bits(slot(i as usize));
+                }
+                for i in 0..2u32 {
+                    let (k, n) = super::super::frag::b_k8n8_tf32(l, i);
+                    bm[k as usize][n as usize] = f32::from_bits(slot(4 + i as usize));
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (s, v) in acc.iter_mut().enumerate() {
+                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let mut sum = 0.0f32;
+                for k in 0..8 {
                     sum += am[r as usize][k] * bm[k][c as usize];
                 }
                 *v += sum;
@@ -775,7 +820,20 @@ fn emulated_kernel_matches_golden_on_small_geometries() {
             opts: opts(Pairwise, Prereduce, true, true),
             bf16: true,
         },
-        // bf16 on tensor cores (rows cp·R, N and P whole 16-wide tiles), with tails.
+        // Tensor cores (rows cp·R, N and P whole 16-wide tiles), with tails: f32 (three TF32
+        // passes), then bf16.
+        Case {
+            geo: geo(1, 23, 4, 1, 2, 32, 16, 8),
+            chunk: 8,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: false,
+        },
+        Case {
+            geo: geo(1, 19, 2, 1, 1, 16, 32, 4),
+            chunk: 8,
+            opts: opts(HalfSplit, Gated, true, false),
+            bf16: false,
+        },
         Case {
             geo: geo(1, 23, 4, 1, 2, 32, 16, 8),
             chunk: 8,

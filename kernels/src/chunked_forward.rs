@@ -40,8 +40,8 @@ use mamba3_abi::{
 
 use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
-use crate::arch::float::{fma_rn, to_bf16};
-use crate::arch::mma::mma_m16n8k16_bf16_f32;
+use crate::arch::float::{fma_rn, to_tf32};
+use crate::arch::mma::mma_m16n8k8_tf32_f32;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
     st_shared_f32, sync_threads, thread_x,
@@ -49,7 +49,7 @@ use crate::arch::sreg::{
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
-use crate::frag::{a_m16k16, acc_m16n8, b_k16n8};
+use crate::frag::{a_m16k8_tf32, acc_m16n8, b_k8n8_tf32};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
 
 const T: u32 = FORWARD_THREADS;
@@ -813,51 +813,99 @@ unsafe fn phase_state<const R: usize>(cx: &Ctx, len: u32) {
     }
 }
 
-/// Whether the tensor-core phases apply: bf16 activations (whose products upstream also forms in
-/// bf16) and GEMM dimensions that are whole 16-wide tiles (rows `cp·R`, N and P).
+/// The f32 path's GEMMs also run on tensor cores, as three TF32 passes (see [`mma_step`]).
+const F32_TENSOR_CORES: bool = true;
+
+/// Whether the tensor-core phases apply: GEMM dimensions that are whole 16-wide tiles (rows
+/// `cp·R`, N and P), and bf16 activations or [`F32_TENSOR_CORES`].
 #[inline(always)]
 fn use_mma<X: Elem>(cx: &Ctx) -> bool {
-    X::BYTES == 2
+    (X::BYTES == 2 || F32_TENSOR_CORES)
         && cx.lay.rows.is_multiple_of(16)
         && cx.n.is_multiple_of(16)
         && cx.p.is_multiple_of(16)
 }
 
-/// Two f32 rounded to bf16 and packed as one mma operand register (`lo` in the low half).
-#[inline(always)]
-fn pack_bf16(lo: f32, hi: f32) -> u32 {
-    to_bf16(lo) as u32 | ((to_bf16(hi) as u32) << 16)
+/// Operand A (16 rows × 16 deep) of one [`mma_step`]: per 8-deep half `h`, the values rounded to
+/// TF32 in `hi[h]`; the f32 path also keeps the rest `lo[h]` (value = hi + lo, both TF32).
+#[derive(Clone, Copy)]
+struct AOp {
+    hi: [[u32; 4]; 2],
+    lo: [[u32; 4]; 2],
 }
 
-/// This lane's A fragment (16×16, row-major) of the matrix whose element (row, col) is `at`.
-#[inline(always)]
-fn a_frag(lane: u32, at: impl Fn(u32, u32) -> f32) -> [u32; 4] {
-    let mut regs = [0u32; 4];
-    for (j, reg) in regs.iter_mut().enumerate() {
-        let (r0, c0) = a_m16k16(lane, 2 * j as u32);
-        let (r1, c1) = a_m16k16(lane, 2 * j as u32 + 1);
-        *reg = pack_bf16(at(r0, c0), at(r1, c1));
-    }
-    regs
+/// Operand B (16 deep × 8 columns) of one [`mma_step`], laid out like [`AOp`].
+#[derive(Clone, Copy)]
+struct BOp {
+    hi: [[u32; 2]; 2],
+    lo: [[u32; 2]; 2],
 }
 
-/// This lane's B fragment (16×8, element (k, n) is `at`).
+/// `v = hi + lo` with both parts TF32 (`lo` carries the bits TF32 drops from `hi`).
 #[inline(always)]
-fn b_frag(lane: u32, at: impl Fn(u32, u32) -> f32) -> [u32; 2] {
-    let mut regs = [0u32; 2];
-    for (j, reg) in regs.iter_mut().enumerate() {
-        let (k0, n0) = b_k16n8(lane, 2 * j as u32);
-        let (k1, n1) = b_k16n8(lane, 2 * j as u32 + 1);
-        *reg = pack_bf16(at(k0, n0), at(k1, n1));
+fn tf32_split(v: f32) -> (u32, u32) {
+    let hi = to_tf32(v);
+    (hi, to_tf32(v - f32::from_bits(hi)))
+}
+
+/// This lane's operand A of the 16×16 matrix whose element (row, k) is `at`.
+#[inline(always)]
+fn a_op<X: Elem>(lane: u32, at: impl Fn(u32, u32) -> f32) -> AOp {
+    let mut op = AOp {
+        hi: [[0; 4]; 2],
+        lo: [[0; 4]; 2],
+    };
+    for h in 0..2 {
+        for i in 0..4 {
+            let (r, c) = a_m16k8_tf32(lane, i as u32);
+            (op.hi[h][i], op.lo[h][i]) = tf32_split(at(r, c + 8 * h as u32));
+        }
     }
-    regs
+    op
+}
+
+/// This lane's operand B of the 16×8 matrix whose element (k, n) is `at`.
+#[inline(always)]
+fn b_op<X: Elem>(lane: u32, at: impl Fn(u32, u32) -> f32) -> BOp {
+    let mut op = BOp {
+        hi: [[0; 2]; 2],
+        lo: [[0; 2]; 2],
+    };
+    for h in 0..2 {
+        for i in 0..2 {
+            let (k, n) = b_k8n8_tf32(lane, i as u32);
+            (op.hi[h][i], op.lo[h][i]) = tf32_split(at(k + 8 * h as u32, n));
+        }
+    }
+    op
+}
+
+/// `acc += A·B` over 16 deep, per 8-deep half: for bf16 activations one TF32 pass (as fast here
+/// as a bf16 `mma`, the operands being built from f32 shared memory either way, and with 8× less
+/// rounding error than bf16 operands, which brought the output error near the 1e-2 bound); for
+/// f32 the three TF32 passes lo·hi, hi·lo, hi·hi (small terms first), which keep f32 accuracy
+/// where one pass would lose three decimal digits. The unused `lo` parts of the bf16 path are
+/// dead code to the compiler.
+#[inline(always)]
+fn mma_step<X: Elem>(acc: &mut [f32; 4], a: &AOp, b: &BOp) {
+    if X::BYTES == 2 {
+        for h in 0..2 {
+            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.hi[h]);
+        }
+    } else {
+        for h in 0..2 {
+            mma_m16n8k8_tf32_f32(acc, a.lo[h], b.hi[h]);
+            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.lo[h]);
+            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.hi[h]);
+        }
+    }
 }
 
 /// Phase C on tensor cores: weighted scores `W[ρ,ρ'] = w(i,i')·q̂_ρ·k̂_ρ'` per 16×16 block with
 /// `ρ'`-block ≤ `ρ`-block (later blocks hold only later times, as 16 is a multiple of R), one warp
 /// per block; blocks past the chunk's live rows are skipped (phase D skips them too).
 #[inline(always)]
-unsafe fn phase_scores_mma<const R: usize>(cx: &Ctx, len: u32) {
+unsafe fn phase_scores_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
     let ws = lay.rows;
@@ -875,12 +923,12 @@ unsafe fn phase_scores_mma<const R: usize>(cx: &Ctx, len: u32) {
                 let k_blk = cx.sm(lay.k, 16 * nb * ns);
                 let mut kk = 0;
                 while kk < cx.n {
-                    let a = a_frag(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
+                    let a = a_op::<X>(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
                     for (t, acc_t) in acc.iter_mut().enumerate() {
-                        let b = b_frag(lane, |k, n| {
+                        let b = b_op::<X>(lane, |k, n| {
                             ld_shared_f32(k_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
                         });
-                        mma_m16n8k16_bf16_f32(acc_t, a, b);
+                        mma_step::<X>(acc_t, &a, &b);
                     }
                     kk += 16;
                 }
@@ -902,9 +950,9 @@ unsafe fn phase_scores_mma<const R: usize>(cx: &Ctx, len: u32) {
 }
 
 /// Phase D on tensor cores: `y = exp(A_i)·q̂ Sᵀ + W x + D·x` per 16×16 (row, p) block, one warp
-/// per block; the state is rounded to bf16 for the product only (it stays f32 in shared memory).
+/// per block; the state is rounded for the product only (it stays f32 in shared memory).
 #[inline(always)]
-unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
+unsafe fn phase_outputs_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
     let ws = lay.rows;
@@ -924,12 +972,12 @@ unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
             let s_blk = cx.sm(lay.state, 16 * nb * ns);
             let mut kk = 0;
             while kk < cx.n {
-                let a = a_frag(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
+                let a = a_op::<X>(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
                 for (t, acc_t) in acc.iter_mut().enumerate() {
-                    let b = b_frag(lane, |k, n| {
+                    let b = b_op::<X>(lane, |k, n| {
                         ld_shared_f32(s_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
                     });
-                    mma_m16n8k16_bf16_f32(acc_t, a, b);
+                    mma_step::<X>(acc_t, &a, &b);
                 }
                 kk += 16;
             }
@@ -942,12 +990,12 @@ unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
             let mut kb = 0;
             while kb <= mb {
                 let w_blk = cx.sm(lay.w, 16 * mb * ws + 16 * kb);
-                let a = a_frag(lane, |r, c| ld_shared_f32(w_blk + 4 * (r * ws + c)));
+                let a = a_op::<X>(lane, |r, c| ld_shared_f32(w_blk + 4 * (r * ws + c)));
                 for (t, acc_t) in acc.iter_mut().enumerate() {
-                    let b = b_frag(lane, |k, n| {
+                    let b = b_op::<X>(lane, |k, n| {
                         ld_shared_f32(cx.sm(lay.x, (16 * kb + k) * p4 + 16 * nb + 8 * t as u32 + n))
                     });
-                    mma_m16n8k16_bf16_f32(acc_t, a, b);
+                    mma_step::<X>(acc_t, &a, &b);
                 }
                 kb += 1;
             }
@@ -967,7 +1015,7 @@ unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
 /// Phase F's state pass on tensor cores: `S ← exp(A_last)·S + Σ_ρ x_ρ (exp(Ā_i)·c_i·k̂_ρ)ᵀ` per
 /// 16×16 (p, n) block, one warp per block, over the chunk's live 16-row blocks.
 #[inline(always)]
-unsafe fn phase_state_mma<const R: usize>(cx: &Ctx, len: u32) {
+unsafe fn phase_state_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
     let p4 = lay.p4;
@@ -991,16 +1039,16 @@ unsafe fn phase_state_mma<const R: usize>(cx: &Ctx, len: u32) {
             }
             let mut kb = 0;
             while kb < live {
-                let a = a_frag(lane, |r, c| {
+                let a = a_op::<X>(lane, |r, c| {
                     ld_shared_f32(cx.sm(lay.x, (16 * kb + c) * p4 + 16 * mb + r))
                 });
                 for (t, acc_t) in acc.iter_mut().enumerate() {
-                    let b = b_frag(lane, |k, n| {
+                    let b = b_op::<X>(lane, |k, n| {
                         let rho = 16 * kb + k;
                         ld_shared_f32(cx.sm(lay.k_scale, rho / R as u32))
                             * ld_shared_f32(cx.sm(lay.k, rho * ns + 16 * nb + 8 * t as u32 + n))
                     });
-                    mma_m16n8k16_bf16_f32(acc_t, a, b);
+                    mma_step::<X>(acc_t, &a, &b);
                 }
                 kb += 1;
             }
@@ -1145,13 +1193,13 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             }
             let mma = use_mma::<X>(&cx);
             if mma {
-                phase_scores_mma::<R>(&cx, len);
+                phase_scores_mma::<X, R>(&cx, len);
             } else {
                 phase_scores::<R>(&cx, len);
             }
             sync_threads();
             if mma {
-                phase_outputs_mma::<R>(&cx, len, d_h);
+                phase_outputs_mma::<X, R>(&cx, len, d_h);
             } else {
                 phase_outputs_raw::<R>(&cx, len, d_h);
             }
@@ -1162,7 +1210,7 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             }
             phase_store_outputs::<X, R>(prm, &cx, c0, len);
             if mma {
-                phase_state_mma::<R>(&cx, len);
+                phase_state_mma::<X, R>(&cx, len);
             } else {
                 phase_state::<R>(&cx, len);
             }
