@@ -352,6 +352,73 @@ unsafe fn phase_angle_prefix(cx: &Ctx, len: u32) {
     }
 }
 
+/// (time, angle) pairs per thread of the parallel angle prefix; longer chunks use the serial
+/// [`phase_angle_prefix`].
+const ANGLE_ITEMS: usize = 4;
+
+/// Whether [`phase_angle_prefix_sums`] / [`phase_angle_prefix_store`] cover the chunk.
+#[inline(always)]
+fn parallel_angles(cx: &Ctx, len: u32) -> bool {
+    len * cx.na <= ANGLE_ITEMS as u32 * T
+}
+
+/// Phase A2, parallel angle prefix, first half: each (time i, angle j) pair of the chunk sums the
+/// carried total and the increments 0..=i of its angle, in the serial order (so θ is bitwise the
+/// same as [`phase_angle_prefix`]'s), and keeps θ in registers over the barrier that follows.
+#[inline(always)]
+unsafe fn phase_angle_prefix_sums(cx: &Ctx, len: u32) -> [f64; ANGLE_ITEMS] {
+    let lay = &cx.lay;
+    let na = cx.na;
+    let mut theta = [0.0f64; ANGLE_ITEMS];
+    // SAFETY (whole body): pairs < len·Na lie inside the (cos, sin) regions, angles < Na inside
+    // the carried totals.
+    unsafe {
+        for (m, th) in theta.iter_mut().enumerate() {
+            let e = cx.tid + m as u32 * T;
+            if e < len * na {
+                let i = e / na;
+                let j = e - i * na;
+                let mut acc = ld_shared_f64(cx.sm(lay.theta, 2 * j));
+                let mut u = 0;
+                while u <= i {
+                    let f = u * na + j;
+                    let lo = ld_shared_u32(cx.sm(lay.cos, f)) as u64;
+                    let hi = ld_shared_u32(cx.sm(lay.sin, f)) as u64;
+                    acc += f64::from_bits(lo | (hi << 32));
+                    u += 1;
+                }
+                *th = acc;
+            }
+        }
+    }
+    theta
+}
+
+/// Phase A2, parallel angle prefix, second half (after a barrier): the cosine and sine of each θ
+/// reduced into [−π, π) replace the increments, and the last time's θ, reduced into [0, 2π),
+/// becomes the carried total.
+#[inline(always)]
+unsafe fn phase_angle_prefix_store(cx: &Ctx, len: u32, theta: [f64; ANGLE_ITEMS]) {
+    let lay = &cx.lay;
+    let na = cx.na;
+    // SAFETY (whole body): as in `phase_angle_prefix_sums`.
+    unsafe {
+        for (m, th) in theta.iter().enumerate() {
+            let e = cx.tid + m as u32 * T;
+            if e < len * na {
+                let i = e / na;
+                let j = e - i * na;
+                let (s, c) = sincos(reduced_f32(*th));
+                st_shared_f32(cx.sm(lay.cos, e), c);
+                st_shared_f32(cx.sm(lay.sin, e), s);
+                if i == len - 1 {
+                    st_shared_f64(cx.sm(lay.theta, 2 * j), wrap_two_pi_f64(*th));
+                }
+            }
+        }
+    }
+}
+
 /// Phase B: q̂ and k̂ (bias added, then rotated), zero in padding rows and columns; the score
 /// weights per pair of times.
 #[inline(always)]
@@ -813,8 +880,11 @@ unsafe fn phase_state<const R: usize>(cx: &Ctx, len: u32) {
     }
 }
 
-/// The f32 path's GEMMs also run on tensor cores, as three TF32 passes (see [`mma_step`]).
-const F32_TENSOR_CORES: bool = true;
+/// Whether the f32 path's GEMMs also run on tensor cores, as three TF32 passes (see
+/// [`mma_step`]). Off: on the H200 (2026-11-29) that path was no faster than the FMA phases
+/// (6.29 vs 6.10 ms at H=64, B=1, S=2048) and its output error reached 2.6e-6 (N=256, C=8) against
+/// the 2e-6 target, the two small-term passes accumulating into the running sum.
+const F32_TENSOR_CORES: bool = false;
 
 /// Whether the tensor-core phases apply: GEMM dimensions that are whole 16-wide tiles (rows
 /// `cp·R`, N and P), and bf16 activations or [`F32_TENSOR_CORES`].
@@ -1182,7 +1252,18 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             phase_scalars_angles_x::<X, R>(prm, &cx, c0, len);
             sync_threads();
             phase_token_scalars(&cx, len);
-            phase_angle_prefix(&cx, len);
+            let par_angles = parallel_angles(&cx, len);
+            let theta = if par_angles {
+                phase_angle_prefix_sums(&cx, len)
+            } else {
+                [0.0; ANGLE_ITEMS]
+            };
+            sync_threads();
+            if par_angles {
+                phase_angle_prefix_store(&cx, len, theta);
+            } else {
+                phase_angle_prefix(&cx, len);
+            }
             sync_threads();
             phase_stage_qk::<X, R>(prm, &cx, c0, len);
             sync_threads();
