@@ -243,6 +243,10 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
             e += T;
         }
 
+        if cx.staged && row_staging::<R>() {
+            x_from_stage::<X, R>(prm, cx, len);
+            return;
+        }
         // x = v ⊙ mimo_v, zero in padding rows and columns. Four elements per step with their
         // loads issued together (invalid ones read element 0 and are discarded).
         let p4 = lay.p4;
@@ -279,6 +283,99 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
                 }
             }
             e += 4 * T;
+        }
+    }
+}
+
+/// Whether phases A and B read the staging region row by row ([`x_from_stage`], [`qk_from_stage`]).
+/// Not at R = 8: that bf16 kernel already needs 254 of 255 registers on sm_90, and the row loops'
+/// loop-invariant values tip it into spilling; it keeps the per-element loops.
+#[inline(always)]
+const fn row_staging<const R: usize>() -> bool {
+    R <= 4
+}
+
+/// Phase A's x = v ⊙ mimo_v from the staging region: one warp per row ρ, lanes along p, so the
+/// row's indices are formed once rather than per element; zero in padding rows and columns.
+#[inline(always)]
+unsafe fn x_from_stage<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    // SAFETY (whole body): rows < cp·R, columns < p4 lie inside the x region and the staged rows.
+    unsafe {
+        let mut rho = warp;
+        while rho < lay.rows {
+            let i = rho / R as u32;
+            let r = rho - i * R as u32;
+            let v_row = cx.raw + cx.stage.v + i * cx.stage.p_row;
+            let m_base = (cx.h * R + r as usize) * cx.p as usize;
+            let mut pp = lane;
+            while pp < lay.p4 {
+                let val = if i < len && pp < cx.p {
+                    ld_raw::<X>(v_row, pp) * ldg(prm.mimo_v, m_base + pp as usize)
+                } else {
+                    0.0
+                };
+                st_shared_f32(cx.sm(lay.x, rho * lay.p4 + pp), val);
+                pp += 32;
+            }
+            rho += T / 32;
+        }
+    }
+}
+
+/// Phase B's q̂ and k̂ from the staging region: one warp per row ρ, lanes along the rotation
+/// pairs (same arithmetic as the unstaged loop of [`phase_stage_qk`]).
+#[inline(always)]
+unsafe fn qk_from_stage<const R: usize, X: Elem>(prm: &ForwardParams, cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let half = cx.n / 2;
+    let pairs = lay.n4 / 2;
+    let half_split = prm.rotation == rotation::HALF_SPLIT;
+    let ns = lay.n_stride;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    // SAFETY (whole body): rows < cp·R and columns < n4 lie inside the q̂/k̂ regions and the
+    // staged rows; bias indices < (H·R·N).
+    unsafe {
+        let mut rho = warp;
+        while rho < lay.rows {
+            let i = rho / R as u32;
+            let r = rho - i * R as u32;
+            let q_row = cx.raw + cx.stage.q + rho * cx.stage.n_row;
+            let k_row = cx.raw + cx.stage.k + rho * cx.stage.n_row;
+            let bias = (cx.h * R + r as usize) * cx.n as usize;
+            let mut j = lane;
+            while j < pairs {
+                let (ia, ib) = if j >= half {
+                    (cx.n, cx.n + 1)
+                } else if half_split {
+                    (j, j + half)
+                } else {
+                    (2 * j, 2 * j + 1)
+                };
+                let (mut qa, mut qb, mut ka, mut kb) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
+                if i < len && j < half {
+                    qa = ld_raw::<X>(q_row, ia) + ldg(prm.q_bias, bias + ia as usize);
+                    qb = ld_raw::<X>(q_row, ib) + ldg(prm.q_bias, bias + ib as usize);
+                    ka = ld_raw::<X>(k_row, ia) + ldg(prm.k_bias, bias + ia as usize);
+                    kb = ld_raw::<X>(k_row, ib) + ldg(prm.k_bias, bias + ib as usize);
+                    if j < cx.na {
+                        let c = ld_shared_f32(cx.sm(lay.cos, i * cx.na + j));
+                        let s = ld_shared_f32(cx.sm(lay.sin, i * cx.na + j));
+                        let (q0, k0) = (qa, ka);
+                        qa = q0 * c - qb * s;
+                        qb = q0 * s + qb * c;
+                        ka = k0 * c - kb * s;
+                        kb = k0 * s + kb * c;
+                    }
+                }
+                st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
+                st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
+                st_shared_f32(cx.sm(lay.k, rho * ns + ia), ka);
+                st_shared_f32(cx.sm(lay.k, rho * ns + ib), kb);
+                j += 32;
+            }
+            rho += T / 32;
         }
     }
 }
@@ -437,7 +534,12 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
     unsafe {
         // Four (row, pair) items per step with their loads issued together (invalid ones read
         // element 0 and are discarded).
-        let total = lay.rows * pairs;
+        let total = if cx.staged && row_staging::<R>() {
+            qk_from_stage::<R, X>(prm, cx, len);
+            0
+        } else {
+            lay.rows * pairs
+        };
         let mut e = cx.tid;
         while e < total {
             let mut vals = [[0.0f32; 4]; 4];
