@@ -18,7 +18,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use mamba3::golden::{
     forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
-use mamba3_abi::{ForwardParams, ForwardSmem, FORWARD_THREADS};
+use mamba3_abi::{ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS};
 
 use common::rel_err;
 
@@ -39,6 +39,8 @@ struct Launch {
     reader: Vec<AtomicU64>,
     barrier: Barrier,
     warp_slots: Vec<AtomicU32>,
+    /// Six operand registers per thread for the emulated `mma`.
+    mma_slots: Vec<AtomicU32>,
     warp_barriers: Vec<Barrier>,
     /// Global buffers of the launch: (start address, length in bytes, name).
     buffers: Vec<(u64, u64, &'static str)>,
@@ -172,9 +174,114 @@ mod arch {
         pub fn floor(a: f32) -> f32 {
             a.floor()
         }
+        pub fn to_tf32(a: f32) -> u32 {
+            // Round to nearest, ties away from zero, on the 13 dropped mantissa bits (finite a).
+            (a.to_bits() + 0x1000) & !0x1fff
+        }
         pub fn to_bf16(a: f32) -> u16 {
             half::bf16::from_f32(a).to_bits()
         }
+    }
+
+    pub mod mma {
+        use std::sync::atomic::Ordering;
+
+        pub use super::mma_tf32::mma_m16n8k8_tf32_f32;
+
+        /// The warp's 32 lanes post their operand registers, then each lane forms its four
+        /// accumulator elements from the whole A and B tiles rebuilt through the fragment maps.
+        pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            for (j, v) in a.iter().chain(b.iter()).enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let half = |v: u32, hi: bool| -> f32 {
+                f32::from_bits(if hi { v & 0xffff_0000 } else { v << 16 })
+            };
+            let mut am = [[0.0f32; 16]; 16];
+            let mut bm = [[0.0f32; 8]; 16];
+            for l in 0..32u32 {
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                for i in 0..8u32 {
+                    let (r, c) = super::super::frag::a_m16k16(l, i);
+                    am[r as usize][c as usize] = half(slot((i / 2) as usize), i % 2 == 1);
+                }
+                for i in 0..4u32 {
+                    let (k, n) = super::super::frag::b_k16n8(l, i);
+                    bm[k as usize][n as usize] = half(slot(4 + (i / 2) as usize), i % 2 == 1);
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (s, v) in acc.iter_mut().enumerate() {
+                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let mut sum = 0.0f32;
+                for k in 0..16 {
+                    sum += am[r as usize][k] * bm[k][c as usize];
+                }
+                *v += sum;
+            }
+        }
+    }
+
+    /// As `mma` above for `mma.m16n8k8` tf32 (A 16×8, B 8×8 of f32 bit patterns).
+    pub mod mma_tf32 {
+        use std::sync::atomic::Ordering;
+
+        pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            for (j, v) in a.iter().chain(b.iter()).enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let mut am = [[0.0f32; 8]; 16];
+            let mut bm = [[0.0f32; 8]; 8];
+            for l in 0..32u32 {
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                for i in 0..4u32 {
+                    let (r, c) = super::super::frag::a_m16k8_tf32(l, i);
+                    am[r as usize][c as usize] = f32::from_bits(slot(i as usize));
+                }
+                for i in 0..2u32 {
+                    let (k, n) = super::super::frag::b_k8n8_tf32(l, i);
+                    bm[k as usize][n as usize] = f32::from_bits(slot(4 + i as usize));
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (s, v) in acc.iter_mut().enumerate() {
+                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let mut sum = 0.0f32;
+                for k in 0..8 {
+                    sum += am[r as usize][k] * bm[k][c as usize];
+                }
+                *v += sum;
+            }
+        }
+    }
+
+    pub mod cp_async {
+        /// Copies at once: the kernel reads the destination only after `wait_group` and a
+        /// barrier, so the race check sees the copy as a write of the issuing thread.
+        pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
+            if !dst.is_multiple_of(16) || !(src as u64).is_multiple_of(16) {
+                super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
+            }
+            super::super::check_global(src as u64, 0, 16, false);
+            for k in 0..4u32 {
+                let w = unsafe { (src as *const u32).add(k as usize).read_unaligned() };
+                super::super::smem_write(dst + 4 * k, w);
+            }
+        }
+        pub fn commit_group() {}
+        pub fn wait_group<const PENDING: u32>() {}
     }
 
     pub mod sreg {
@@ -236,6 +343,7 @@ mod arch {
 /// Emulated `crate::elem`: the real conversions, with every access bounds-checked.
 mod elem {
     pub trait Elem: Copy {
+        const BYTES: u32;
         unsafe fn load(base: u64, i: usize) -> f32;
         unsafe fn store(base: u64, i: usize, value: f32);
     }
@@ -245,6 +353,7 @@ mod elem {
     pub struct Bf16(pub u16);
 
     impl Elem for f32 {
+        const BYTES: u32 = 4;
         unsafe fn load(base: u64, i: usize) -> f32 {
             super::check_global(base, i, 4, false);
             unsafe { *(base as *const f32).add(i) }
@@ -256,6 +365,7 @@ mod elem {
     }
 
     impl Elem for Bf16 {
+        const BYTES: u32 = 2;
         unsafe fn load(base: u64, i: usize) -> f32 {
             super::check_global(base, i, 2, false);
             let bits = unsafe { *(base as *const u16).add(i) };
@@ -276,6 +386,9 @@ mod math;
 
 #[path = "../kernels/src/angles.rs"]
 mod angles;
+
+#[path = "../kernels/src/frag.rs"]
+mod frag;
 
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply.
 #[allow(clippy::all)]
@@ -336,7 +449,7 @@ struct Outputs {
 }
 
 /// Runs the emulated kernel on `inp` (already rounded) and returns outputs and final states.
-fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool) -> Outputs {
+fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool, staged: bool) -> Outputs {
     let g = inp.geometry;
     let mut buffers: Vec<(u64, u64, &'static str)> = Vec::new();
     // Activation buffers: keep either u16 or f32 storage alive.
@@ -452,6 +565,7 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool) -> Outputs {
             Rotation::Pairwise => mamba3_abi::rotation::PAIRWISE,
         },
         norm_eps: inp.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
+        staged: u32::from(staged),
     };
     let lay = ForwardSmem::new(
         g.rank as u32,
@@ -460,7 +574,14 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool) -> Outputs {
         g.num_angles as u32,
         chunk as u32,
     );
-    let words = lay.total as usize;
+    let stage = ForwardStage::new(
+        g.rank as u32,
+        g.state_dim as u32,
+        g.head_dim as u32,
+        chunk as u32,
+        if bf16 { 2 } else { 4 },
+    );
+    let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
     let threads = FORWARD_THREADS as usize;
     let buffers = Arc::new(buffers);
     for by in 0..g.batch as u32 {
@@ -474,6 +595,7 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool) -> Outputs {
                 reader: (0..words).map(|_| AtomicU64::new(0)).collect(),
                 barrier: Barrier::new(threads),
                 warp_slots: (0..threads).map(|_| AtomicU32::new(0)).collect(),
+                mma_slots: (0..6 * threads).map(|_| AtomicU32::new(0)).collect(),
                 warp_barriers: (0..threads / 32).map(|_| Barrier::new(32)).collect(),
                 buffers: (*buffers).clone(),
                 errors: Mutex::new(Vec::new()),
@@ -606,11 +728,16 @@ fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> Rando
     }
 }
 
+/// Runs `case` with and without the staging region; returns the worst error.
 fn check(case: &Case, seed: u64) -> f64 {
+    check_staged(case, seed, true).max(check_staged(case, seed, false))
+}
+
+fn check_staged(case: &Case, seed: u64, staged: bool) -> f64 {
     let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     let inp = round_inputs(&raw, case.bf16);
     let reference = forward_recurrent(&inp).unwrap();
-    let ours = run_emulated(&inp, case.chunk, case.bf16);
+    let ours = run_emulated(&inp, case.chunk, case.bf16, staged);
     let fs = &reference.final_states;
     let e_out = rel_err(&ours.out, &reference.out);
     let e_theta = common::angle_rel_err(&ours.theta, &fs.theta);
@@ -619,8 +746,9 @@ fn check(case: &Case, seed: u64) -> f64 {
     let e_v = rel_err(&ours.v, &fs.v);
     let worst = e_out.max(e_theta).max(e_ssm).max(e_k).max(e_v);
     eprintln!(
-        "emulated {} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
+        "emulated {}{} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
         if case.bf16 { "bf16" } else { "f32" },
+        if staged { " staged" } else { "" },
         case.geo,
         case.chunk,
         case.opts
@@ -690,6 +818,44 @@ fn emulated_kernel_matches_golden_on_small_geometries() {
             geo: geo(1, 9, 8, 1, 1, 8, 6, 4),
             chunk: 2,
             opts: opts(Pairwise, Prereduce, true, true),
+            bf16: true,
+        },
+        // Tensor cores (rows cp·R, N and P whole 16-wide tiles), with tails: f32 (three TF32
+        // passes), then bf16.
+        Case {
+            geo: geo(1, 23, 4, 1, 2, 32, 16, 8),
+            chunk: 8,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: false,
+        },
+        Case {
+            geo: geo(1, 19, 2, 1, 1, 16, 32, 4),
+            chunk: 8,
+            opts: opts(HalfSplit, Gated, true, false),
+            bf16: false,
+        },
+        Case {
+            geo: geo(1, 23, 4, 1, 2, 32, 16, 8),
+            chunk: 8,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(2, 19, 2, 2, 2, 16, 32, 4),
+            chunk: 8,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 21, 1, 1, 1, 48, 16, 12),
+            chunk: 16,
+            opts: opts(HalfSplit, Prereduce, false, false),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 7, 8, 1, 1, 16, 16, 8),
+            chunk: 2,
+            opts: opts(Pairwise, Gated, true, true),
             bf16: true,
         },
     ];

@@ -303,6 +303,9 @@ pub struct ForwardParams {
     pub rotation: u32,
     /// RMSNorm epsilon (fused-norm mode).
     pub norm_eps: f32,
+    /// 1 when the dynamic shared memory also holds the staging region of [`ForwardStage`] (raw
+    /// q, k, v of the next chunk, copied while the current one computes), 0 when it does not fit.
+    pub staged: u32,
 }
 
 /// The forward kernel pads the chunk to a multiple of this many time steps for rank `r`, so that
@@ -354,6 +357,10 @@ pub struct ForwardSmem {
     pub c_scale: u32,
     /// State-pass key scale `exp(Ā_i)·c_i` `(cp)`.
     pub k_scale: u32,
+    /// Raw log decays `adt` of the chunk `(cp)`.
+    pub adt: u32,
+    /// `ε_u = Δ_u·σ(−trap_u)` of chunk token u for u in 1..=len `(cp + 1)`.
+    pub eps: u32,
     /// Per-row inverse RMS `(rows)` (fused-norm mode).
     pub rstd: u32,
     /// `cos θ` `(cp, Na)`.
@@ -389,7 +396,9 @@ impl ForwardSmem {
         let gamma = exp_a + align4(cp);
         let c_scale = gamma + align4(cp);
         let k_scale = c_scale + align4(cp);
-        let rstd = k_scale + align4(cp);
+        let adt = k_scale + align4(cp);
+        let eps = adt + align4(cp);
+        let rstd = eps + align4(cp + 1);
         let cos = rstd + align4(rows);
         let sin = cos + align4(cp * na);
         let theta = sin + align4(cp * na);
@@ -412,6 +421,8 @@ impl ForwardSmem {
             gamma,
             c_scale,
             k_scale,
+            adt,
+            eps,
             rstd,
             cos,
             sin,
@@ -447,7 +458,8 @@ pub const fn forward_smem_bytes(r: u64, n: u64, p: u64, na: u64, chunk: u64) -> 
         mul(2, a4(mul(rows, p4))),
         a4(mul(rows, rows)),
         a4(mul(cp, cp)),
-        mul(5, a4(cp)),
+        mul(6, a4(cp)),
+        a4(cp.saturating_add(1)),
         a4(rows),
         mul(2, a4(mul(cp, na))),
         a4(mul(2, na)),
@@ -459,6 +471,60 @@ pub const fn forward_smem_bytes(r: u64, n: u64, p: u64, na: u64, chunk: u64) -> 
         i += 1;
     }
     mul(4, floats)
+}
+
+/// The optional staging region of the chunked forward kernel, after the [`ForwardSmem`] regions:
+/// the raw (unbiased, unrotated) q and k rows `(cp·R, N)` and v rows `(cp, P)` of a chunk in the
+/// activation dtype, each row padded to 16 bytes so that it is filled by 16-byte `cp.async`
+/// copies. Offsets in bytes from the start of the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForwardStage {
+    /// Bytes per q / k row: `N·elem_bytes` rounded up to 16.
+    pub n_row: u32,
+    /// Bytes per v row: `P·elem_bytes` rounded up to 16.
+    pub p_row: u32,
+    /// Raw q rows.
+    pub q: u32,
+    /// Raw k rows.
+    pub k: u32,
+    /// Raw v rows.
+    pub v: u32,
+    /// Size in bytes.
+    pub bytes: u32,
+}
+
+impl ForwardStage {
+    /// The staging region for rank `r`, state size `n`, head dim `p`, chunk size `chunk` and
+    /// activations of `elem_bytes` bytes (same overflow caveat as [`ForwardSmem::new`]).
+    pub const fn new(r: u32, n: u32, p: u32, chunk: u32, elem_bytes: u32) -> Self {
+        let lay = ForwardSmem::new(r, n, p, 0, chunk);
+        let n_row = (n * elem_bytes).div_ceil(16) * 16;
+        let p_row = (p * elem_bytes).div_ceil(16) * 16;
+        let q = 0;
+        let k = q + lay.rows * n_row;
+        let v = k + lay.rows * n_row;
+        let bytes = v + lay.cp * p_row;
+        ForwardStage {
+            n_row,
+            p_row,
+            q,
+            k,
+            v,
+            bytes,
+        }
+    }
+}
+
+/// Bytes of the staging region ([`ForwardStage`]) in u64, saturating like [`forward_smem_bytes`].
+pub const fn forward_stage_bytes(r: u64, n: u64, p: u64, chunk: u64, elem_bytes: u64) -> u64 {
+    let tt = if r >= 4 || r == 0 { 1 } else { 4 / r };
+    let cp = chunk.div_ceil(tt).saturating_mul(tt);
+    let rows = cp.saturating_mul(r);
+    let n_row = n.saturating_mul(elem_bytes).saturating_add(15) / 16 * 16;
+    let p_row = p.saturating_mul(elem_bytes).saturating_add(15) / 16 * 16;
+    rows.saturating_mul(n_row)
+        .saturating_mul(2)
+        .saturating_add(cp.saturating_mul(p_row))
 }
 
 #[cfg(test)]
@@ -473,6 +539,18 @@ mod tests {
                     for chunk in [1u32, 3, 8, 16, 64] {
                         let na = n / 4;
                         let lay = ForwardSmem::new(r, n, p, na, chunk);
+                        for eb in [2u32, 4] {
+                            assert_eq!(
+                                ForwardStage::new(r, n, p, chunk, eb).bytes as u64,
+                                forward_stage_bytes(
+                                    r as u64,
+                                    n as u64,
+                                    p as u64,
+                                    chunk as u64,
+                                    eb as u64
+                                )
+                            );
+                        }
                         assert_eq!(
                             lay.bytes() as u64,
                             forward_smem_bytes(

@@ -48,7 +48,7 @@ use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
     LaunchConfig, SyncOnDrop,
 };
-use mamba3_abi::{forward_smem_bytes, ForwardParams, FORWARD_THREADS};
+use mamba3_abi::{forward_smem_bytes, forward_stage_bytes, ForwardParams, FORWARD_THREADS};
 
 use crate::config::{OutputMode, Rotation};
 use crate::device::Gpu;
@@ -596,7 +596,19 @@ pub fn forward<T: Activation>(
     validate(config, &inputs.lens(out.len(), state_lens))?;
     let kernel = kernel_for(config.dtype, config.rank)
         .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
-    let smem = config.shared_memory_bytes();
+    // The staging region (raw q, k, v of the next chunk) is used whenever it fits beside the
+    // kernel's own regions; without it the kernel reads those inputs from global memory directly.
+    let base_smem = config.shared_memory_bytes();
+    let stage = forward_stage_bytes(
+        config.rank as u64,
+        config.state_dim as u64,
+        config.head_dim as u64,
+        config.chunk_size as u64,
+        std::mem::size_of::<T>() as u64,
+    );
+    let with_stage = base_smem.saturating_add(stage);
+    let staged = with_stage <= gpu.max_shared_memory_optin() as u64;
+    let smem = if staged { with_stage } else { base_smem };
     let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
         kernel: kernel.symbol(),
         needed: usize::try_from(smem).unwrap_or(usize::MAX),
@@ -651,6 +663,7 @@ pub fn forward<T: Activation>(
         mode: config.mode.code(),
         rotation: config.rotation.code(),
         norm_eps: config.norm_eps,
+        staged: u32::from(staged),
         ..ForwardParams::default()
     };
     let mut params = params;

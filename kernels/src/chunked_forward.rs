@@ -23,15 +23,25 @@
 //! Shapes are padded to multiples of 4 (N, P) and of the score tile (C) with zeros, so every
 //! inner loop reads 16-byte vectors; padded rows and columns are never written out.
 //!
+//! When `staged` is set, the raw q, k and v rows of chunk c+1 are copied into a staging region
+//! ([`ForwardStage`]) with 16-byte `cp.async` while chunk c computes (phases C–F), so phases A and B
+//! read them from shared memory; the token scalars are loaded one token per thread and their
+//! prefixes formed from shared memory (A2).
+//!
 //! # Launch contract
 //! Grid `(H, B)`, block [`FORWARD_THREADS`], dynamic shared memory
-//! `ForwardSmem::new(R, N, P, Na, C).bytes()`; every pointer of [`ForwardParams`] valid for its
-//! documented shape (the host validates); `rank == R`.
+//! `ForwardSmem::new(R, N, P, Na, C).bytes()`, plus `ForwardStage::new(R, N, P, C, size of X)
+//! .bytes` when `staged` is 1; every pointer of [`ForwardParams`] valid for its documented shape
+//! (the host validates); `rank == R`.
 
-use mamba3_abi::{output_mode, rotation, ForwardParams, ForwardSmem, FORWARD_THREADS};
+use mamba3_abi::{
+    output_mode, rotation, ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS,
+};
 
 use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
-use crate::arch::float::fma_rn;
+use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
+use crate::arch::float::{fma_rn, to_tf32};
+use crate::arch::mma::mma_m16n8k8_tf32_f32;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
     st_shared_f32, sync_threads, thread_x,
@@ -39,6 +49,7 @@ use crate::arch::sreg::{
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
+use crate::frag::{a_m16k8_tf32, acc_m16n8, b_k8n8_tf32};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
 
 const T: u32 = FORWARD_THREADS;
@@ -103,11 +114,64 @@ unsafe fn st_shared_f64(addr: u32, value: f64) {
     }
 }
 
+/// Element `col` of a raw staged row (activation dtype `X`) at shared byte address `row`.
+#[inline(always)]
+unsafe fn ld_raw<X: Elem>(row: u32, col: u32) -> f32 {
+    // SAFETY (whole body): forwarded to the caller.
+    unsafe {
+        if X::BYTES == 4 {
+            ld_shared_f32(row + 4 * col)
+        } else {
+            // bf16: the word holding elements 2m (low half) and 2m + 1 (high half).
+            let w = ld_shared_u32(row + 2 * (col & !1));
+            f32::from_bits(if col & 1 == 0 {
+                w << 16
+            } else {
+                w & 0xffff_0000
+            })
+        }
+    }
+}
+
+/// Word `w` (4 bytes) of a raw row of `len` elements of type `X` that starts at element `start`
+/// of the global tensor `base`; elements past `len` read as zero.
+#[inline(always)]
+unsafe fn raw_word<X: Elem>(base: u64, start: usize, len: u32, w: u32) -> u32 {
+    // SAFETY (whole body): forwarded to the caller.
+    unsafe {
+        if X::BYTES == 4 {
+            if w < len {
+                X::load(base, start + w as usize).to_bits()
+            } else {
+                0
+            }
+        } else {
+            let (e0, e1) = (2 * w, 2 * w + 1);
+            let lo = if e0 < len {
+                X::load(base, start + e0 as usize).to_bits() >> 16
+            } else {
+                0
+            };
+            let hi = if e1 < len {
+                X::load(base, start + e1 as usize).to_bits() & 0xffff_0000
+            } else {
+                0
+            };
+            lo | hi
+        }
+    }
+}
+
 /// Per-block constants shared by the phases.
 #[derive(Clone, Copy)]
 struct Ctx {
     base: u32,
     lay: ForwardSmem,
+    stage: ForwardStage,
+    /// Shared byte address of the staging region (valid when `staged`).
+    raw: u32,
+    /// Raw q, k, v come from the staging region rather than global memory.
+    staged: bool,
     tid: u32,
     b: usize,
     h: usize,
@@ -140,41 +204,24 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
     let lay = &cx.lay;
     // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
     unsafe {
-        // Token scalars, one thread per chunk position.
-        let mut i = cx.tid;
-        while i < lay.cp {
-            let (mut a_cs, mut e_a, mut gamma, mut c_s, mut k_s) = (0.0, 0.0, 0.0, 0.0, 0.0);
-            if i < len {
-                let t = c0 + i as usize;
-                let (mut pre, mut suf) = (0.0f32, 0.0f32);
-                let mut u = 0;
-                while u < len {
-                    let a = ldg(prm.adt, cx.row + c0 + u as usize);
-                    if u <= i {
-                        pre += a;
-                    } else {
-                        suf += a;
-                    }
-                    u += 1;
-                }
+        // Raw token scalars, one thread per token, all loads of the block in flight together:
+        // adt, γ_u = σ(trap_u)·Δ_u and ε_u = Δ_u·σ(−trap_u), the latter also for the token after
+        // the chunk (c_{len−1} needs it). Phase A2 forms the prefixes from shared memory.
+        let mut u = cx.tid;
+        while u <= len {
+            let t = c0 + u as usize;
+            if t < cx.s_len {
                 let dt = ldg(prm.dt, cx.row + t);
-                gamma = sigmoid(X::load(prm.trap, cx.row + t)) * dt;
-                let eps_next = if t + 1 < cx.s_len {
-                    ldg(prm.dt, cx.row + t + 1) * sigmoid(-X::load(prm.trap, cx.row + t + 1))
-                } else {
-                    0.0
-                };
-                c_s = gamma + eps_next;
-                a_cs = pre;
-                e_a = exp(pre);
-                k_s = exp(suf) * c_s;
+                let tr = X::load(prm.trap, cx.row + t);
+                if u < len {
+                    st_shared_f32(cx.sm(lay.adt, u), ldg(prm.adt, cx.row + t));
+                    st_shared_f32(cx.sm(lay.gamma, u), sigmoid(tr) * dt);
+                }
+                st_shared_f32(cx.sm(lay.eps, u), dt * sigmoid(-tr));
+            } else {
+                st_shared_f32(cx.sm(lay.eps, u), 0.0);
             }
-            st_shared_f32(cx.sm(lay.a_cs, i), a_cs);
-            st_shared_f32(cx.sm(lay.exp_a, i), e_a);
-            st_shared_f32(cx.sm(lay.gamma, i), gamma);
-            st_shared_f32(cx.sm(lay.c_scale, i), c_s);
-            st_shared_f32(cx.sm(lay.k_scale, i), k_s);
-            i += T;
+            u += T;
         }
 
         // Angle increments π·tanh(logit)·Δ in f64, one (time, angle) pair per thread, kept in the
@@ -196,6 +243,10 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
             e += T;
         }
 
+        if cx.staged && row_staging::<R>() {
+            x_from_stage::<X, R>(prm, cx, len);
+            return;
+        }
         // x = v ⊙ mimo_v, zero in padding rows and columns. Four elements per step with their
         // loads issued together (invalid ones read element 0 and are discarded).
         let p4 = lay.p4;
@@ -213,7 +264,15 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
                 let t = c0 + i as usize;
                 let iv = ((cx.b * cx.s_len + t) * cx.heads + cx.h) * cx.p as usize + pp as usize;
                 let im = (cx.h * R + r as usize) * cx.p as usize + pp as usize;
-                let vv = X::load(prm.v, if valid { iv } else { 0 });
+                let vv = if cx.staged {
+                    if valid {
+                        ld_raw::<X>(cx.raw + cx.stage.v + i * cx.stage.p_row, pp)
+                    } else {
+                        0.0
+                    }
+                } else {
+                    X::load(prm.v, if valid { iv } else { 0 })
+                };
                 let mv = ldg(prm.mimo_v, if valid { im } else { 0 });
                 *out = if valid { vv * mv } else { 0.0 };
             }
@@ -224,6 +283,137 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
                 }
             }
             e += 4 * T;
+        }
+    }
+}
+
+/// Whether phases A and B read the staging region row by row ([`x_from_stage`], [`qk_from_stage`]).
+/// Not at R = 8: that bf16 kernel already needs 254 of 255 registers on sm_90, and the row loops'
+/// loop-invariant values tip it into spilling; it keeps the per-element loops.
+#[inline(always)]
+const fn row_staging<const R: usize>() -> bool {
+    R <= 4
+}
+
+/// Phase A's x = v ⊙ mimo_v from the staging region: one warp per row ρ, lanes along p, so the
+/// row's indices are formed once rather than per element; zero in padding rows and columns.
+#[inline(always)]
+unsafe fn x_from_stage<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    // SAFETY (whole body): rows < cp·R, columns < p4 lie inside the x region and the staged rows.
+    unsafe {
+        let mut rho = warp;
+        while rho < lay.rows {
+            let i = rho / R as u32;
+            let r = rho - i * R as u32;
+            let v_row = cx.raw + cx.stage.v + i * cx.stage.p_row;
+            let m_base = (cx.h * R + r as usize) * cx.p as usize;
+            let mut pp = lane;
+            while pp < lay.p4 {
+                let val = if i < len && pp < cx.p {
+                    ld_raw::<X>(v_row, pp) * ldg(prm.mimo_v, m_base + pp as usize)
+                } else {
+                    0.0
+                };
+                st_shared_f32(cx.sm(lay.x, rho * lay.p4 + pp), val);
+                pp += 32;
+            }
+            rho += T / 32;
+        }
+    }
+}
+
+/// Phase B's q̂ and k̂ from the staging region: one warp per row ρ, lanes along the rotation
+/// pairs (same arithmetic as the unstaged loop of [`phase_stage_qk`]).
+#[inline(always)]
+unsafe fn qk_from_stage<const R: usize, X: Elem>(prm: &ForwardParams, cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let half = cx.n / 2;
+    let pairs = lay.n4 / 2;
+    let half_split = prm.rotation == rotation::HALF_SPLIT;
+    let ns = lay.n_stride;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    // SAFETY (whole body): rows < cp·R and columns < n4 lie inside the q̂/k̂ regions and the
+    // staged rows; bias indices < (H·R·N).
+    unsafe {
+        let mut rho = warp;
+        while rho < lay.rows {
+            let i = rho / R as u32;
+            let r = rho - i * R as u32;
+            let q_row = cx.raw + cx.stage.q + rho * cx.stage.n_row;
+            let k_row = cx.raw + cx.stage.k + rho * cx.stage.n_row;
+            let bias = (cx.h * R + r as usize) * cx.n as usize;
+            let mut j = lane;
+            while j < pairs {
+                let (ia, ib) = if j >= half {
+                    (cx.n, cx.n + 1)
+                } else if half_split {
+                    (j, j + half)
+                } else {
+                    (2 * j, 2 * j + 1)
+                };
+                let (mut qa, mut qb, mut ka, mut kb) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
+                if i < len && j < half {
+                    qa = ld_raw::<X>(q_row, ia) + ldg(prm.q_bias, bias + ia as usize);
+                    qb = ld_raw::<X>(q_row, ib) + ldg(prm.q_bias, bias + ib as usize);
+                    ka = ld_raw::<X>(k_row, ia) + ldg(prm.k_bias, bias + ia as usize);
+                    kb = ld_raw::<X>(k_row, ib) + ldg(prm.k_bias, bias + ib as usize);
+                    if j < cx.na {
+                        let c = ld_shared_f32(cx.sm(lay.cos, i * cx.na + j));
+                        let s = ld_shared_f32(cx.sm(lay.sin, i * cx.na + j));
+                        let (q0, k0) = (qa, ka);
+                        qa = q0 * c - qb * s;
+                        qb = q0 * s + qb * c;
+                        ka = k0 * c - kb * s;
+                        kb = k0 * s + kb * c;
+                    }
+                }
+                st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
+                st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
+                st_shared_f32(cx.sm(lay.k, rho * ns + ia), ka);
+                st_shared_f32(cx.sm(lay.k, rho * ns + ib), kb);
+                j += 32;
+            }
+            rho += T / 32;
+        }
+    }
+}
+
+/// Phase A2, token scalars: the inclusive log-decay prefix `A_i`, `exp(A_i)`, `c_i`, and the
+/// state-pass scale `exp(Ā_i)·c_i`, one thread per chunk position, from phase A's raw scalars.
+#[inline(always)]
+unsafe fn phase_token_scalars(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    // SAFETY (whole body): positions < cp and tokens ≤ len lie inside the scalar regions.
+    unsafe {
+        let mut i = cx.tid;
+        while i < lay.cp {
+            let (mut a_cs, mut e_a, mut gamma, mut c_s, mut k_s) = (0.0, 0.0, 0.0, 0.0, 0.0);
+            if i < len {
+                let (mut pre, mut suf) = (0.0f32, 0.0f32);
+                let mut u = 0;
+                while u < len {
+                    let a = ld_shared_f32(cx.sm(lay.adt, u));
+                    if u <= i {
+                        pre += a;
+                    } else {
+                        suf += a;
+                    }
+                    u += 1;
+                }
+                gamma = ld_shared_f32(cx.sm(lay.gamma, i));
+                c_s = gamma + ld_shared_f32(cx.sm(lay.eps, i + 1));
+                a_cs = pre;
+                e_a = exp(pre);
+                k_s = exp(suf) * c_s;
+            }
+            st_shared_f32(cx.sm(lay.a_cs, i), a_cs);
+            st_shared_f32(cx.sm(lay.exp_a, i), e_a);
+            st_shared_f32(cx.sm(lay.gamma, i), gamma);
+            st_shared_f32(cx.sm(lay.c_scale, i), c_s);
+            st_shared_f32(cx.sm(lay.k_scale, i), k_s);
+            i += T;
         }
     }
 }
@@ -259,6 +449,73 @@ unsafe fn phase_angle_prefix(cx: &Ctx, len: u32) {
     }
 }
 
+/// (time, angle) pairs per thread of the parallel angle prefix; longer chunks use the serial
+/// [`phase_angle_prefix`].
+const ANGLE_ITEMS: usize = 4;
+
+/// Whether [`phase_angle_prefix_sums`] / [`phase_angle_prefix_store`] cover the chunk.
+#[inline(always)]
+fn parallel_angles(cx: &Ctx, len: u32) -> bool {
+    len * cx.na <= ANGLE_ITEMS as u32 * T
+}
+
+/// Phase A2, parallel angle prefix, first half: each (time i, angle j) pair of the chunk sums the
+/// carried total and the increments 0..=i of its angle, in the serial order (so θ is bitwise the
+/// same as [`phase_angle_prefix`]'s), and keeps θ in registers over the barrier that follows.
+#[inline(always)]
+unsafe fn phase_angle_prefix_sums(cx: &Ctx, len: u32) -> [f64; ANGLE_ITEMS] {
+    let lay = &cx.lay;
+    let na = cx.na;
+    let mut theta = [0.0f64; ANGLE_ITEMS];
+    // SAFETY (whole body): pairs < len·Na lie inside the (cos, sin) regions, angles < Na inside
+    // the carried totals.
+    unsafe {
+        for (m, th) in theta.iter_mut().enumerate() {
+            let e = cx.tid + m as u32 * T;
+            if e < len * na {
+                let i = e / na;
+                let j = e - i * na;
+                let mut acc = ld_shared_f64(cx.sm(lay.theta, 2 * j));
+                let mut u = 0;
+                while u <= i {
+                    let f = u * na + j;
+                    let lo = ld_shared_u32(cx.sm(lay.cos, f)) as u64;
+                    let hi = ld_shared_u32(cx.sm(lay.sin, f)) as u64;
+                    acc += f64::from_bits(lo | (hi << 32));
+                    u += 1;
+                }
+                *th = acc;
+            }
+        }
+    }
+    theta
+}
+
+/// Phase A2, parallel angle prefix, second half (after a barrier): the cosine and sine of each θ
+/// reduced into [−π, π) replace the increments, and the last time's θ, reduced into [0, 2π),
+/// becomes the carried total.
+#[inline(always)]
+unsafe fn phase_angle_prefix_store(cx: &Ctx, len: u32, theta: [f64; ANGLE_ITEMS]) {
+    let lay = &cx.lay;
+    let na = cx.na;
+    // SAFETY (whole body): as in `phase_angle_prefix_sums`.
+    unsafe {
+        for (m, th) in theta.iter().enumerate() {
+            let e = cx.tid + m as u32 * T;
+            if e < len * na {
+                let i = e / na;
+                let j = e - i * na;
+                let (s, c) = sincos(reduced_f32(*th));
+                st_shared_f32(cx.sm(lay.cos, e), c);
+                st_shared_f32(cx.sm(lay.sin, e), s);
+                if i == len - 1 {
+                    st_shared_f64(cx.sm(lay.theta, 2 * j), wrap_two_pi_f64(*th));
+                }
+            }
+        }
+    }
+}
+
 /// Phase B: q̂ and k̂ (bias added, then rotated), zero in padding rows and columns; the score
 /// weights per pair of times.
 #[inline(always)]
@@ -277,7 +534,12 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
     unsafe {
         // Four (row, pair) items per step with their loads issued together (invalid ones read
         // element 0 and are discarded).
-        let total = lay.rows * pairs;
+        let total = if cx.staged && row_staging::<R>() {
+            qk_from_stage::<R, X>(prm, cx, len);
+            0
+        } else {
+            lay.rows * pairs
+        };
         let mut e = cx.tid;
         while e < total {
             let mut vals = [[0.0f32; 4]; 4];
@@ -307,10 +569,31 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
                 } else {
                     (0, 0)
                 };
-                let qa = X::load(prm.q, sa) + ldg(prm.q_bias, ba);
-                let qb = X::load(prm.q, sb) + ldg(prm.q_bias, bb);
-                let ka = X::load(prm.k, sa) + ldg(prm.k_bias, ba);
-                let kb = X::load(prm.k, sb) + ldg(prm.k_bias, bb);
+                let (rqa, rqb, rka, rkb) = if cx.staged {
+                    if valid {
+                        let q_row = cx.raw + cx.stage.q + rho * cx.stage.n_row;
+                        let k_row = cx.raw + cx.stage.k + rho * cx.stage.n_row;
+                        (
+                            ld_raw::<X>(q_row, ia),
+                            ld_raw::<X>(q_row, ib),
+                            ld_raw::<X>(k_row, ia),
+                            ld_raw::<X>(k_row, ib),
+                        )
+                    } else {
+                        (0.0, 0.0, 0.0, 0.0)
+                    }
+                } else {
+                    (
+                        X::load(prm.q, sa),
+                        X::load(prm.q, sb),
+                        X::load(prm.k, sa),
+                        X::load(prm.k, sb),
+                    )
+                };
+                let qa = rqa + ldg(prm.q_bias, ba);
+                let qb = rqb + ldg(prm.q_bias, bb);
+                let ka = rka + ldg(prm.k_bias, ba);
+                let kb = rkb + ldg(prm.k_bias, bb);
                 *out = if valid { [qa, qb, ka, kb] } else { [0.0; 4] };
             }
             for (u, v) in vals.iter().enumerate() {
@@ -361,6 +644,64 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
             st_shared_f32(cx.sm(lay.seg, e), w);
             e += T;
         }
+    }
+}
+
+/// Copies chunk `c0`'s raw q and k rows (row `ρ = i·R + r`) and v rows (row i) of `len` tokens
+/// into the staging region: 16-byte `cp.async` copies that complete while the current chunk
+/// computes (visible after `wait_group` and a barrier), or, when a row is not a whole number of
+/// 16-byte aligned units in global memory, plain 4-byte loads and stores (visible after the
+/// barrier alone).
+#[inline(always)]
+unsafe fn stage_raw<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx, c0: usize, len: u32) {
+    let st = &cx.stage;
+    let eb = X::BYTES as usize;
+    // SAFETY (whole body): rows < len·R (q, k) and < len (v) of tokens < S, within each row's
+    // padded bytes; the launch contract's shapes bound the global reads.
+    unsafe {
+        let qk_vec = (cx.n * X::BYTES).is_multiple_of(16) && (prm.q | prm.k).is_multiple_of(16);
+        let upr = if qk_vec { st.n_row / 16 } else { st.n_row / 4 };
+        let total = len * R as u32 * upr;
+        let mut u = cx.tid;
+        while u < 2 * total {
+            let second = u >= total;
+            let uu = if second { u - total } else { u };
+            let rho = uu / upr;
+            let col = uu - rho * upr;
+            let i = rho / R as u32;
+            let r = rho - i * R as u32;
+            let src = (((cx.b * cx.s_len + c0 + i as usize) * R + r as usize) * cx.groups + cx.g)
+                * cx.n as usize;
+            let (gbase, region) = if second { (prm.k, st.k) } else { (prm.q, st.q) };
+            let dst = cx.raw + region + rho * st.n_row;
+            if qk_vec {
+                let from = gbase + (src * eb) as u64 + 16 * col as u64;
+                cp_async_cg_16(dst + 16 * col, from as *const u8);
+            } else {
+                let word = raw_word::<X>(gbase, src, cx.n, col);
+                st_shared_f32(dst + 4 * col, f32::from_bits(word));
+            }
+            u += T;
+        }
+        let v_vec = (cx.p * X::BYTES).is_multiple_of(16) && prm.v.is_multiple_of(16);
+        let upr = if v_vec { st.p_row / 16 } else { st.p_row / 4 };
+        let total = len * upr;
+        let mut u = cx.tid;
+        while u < total {
+            let i = u / upr;
+            let col = u - i * upr;
+            let src = ((cx.b * cx.s_len + c0 + i as usize) * cx.heads + cx.h) * cx.p as usize;
+            let dst = cx.raw + st.v + i * st.p_row;
+            if v_vec {
+                let from = prm.v + (src * eb) as u64 + 16 * col as u64;
+                cp_async_cg_16(dst + 16 * col, from as *const u8);
+            } else {
+                let word = raw_word::<X>(prm.v, src, cx.p, col);
+                st_shared_f32(dst + 4 * col, f32::from_bits(word));
+            }
+            u += T;
+        }
+        commit_group();
     }
 }
 
@@ -641,6 +982,259 @@ unsafe fn phase_state<const R: usize>(cx: &Ctx, len: u32) {
     }
 }
 
+/// Whether the f32 path's GEMMs also run on tensor cores, as three TF32 passes (see
+/// [`mma_step`]). Off: on the H200 (2026-11-29) that path was no faster than the FMA phases
+/// (6.29 vs 6.10 ms at H=64, B=1, S=2048) and its output error reached 2.6e-6 (N=256, C=8) against
+/// the 2e-6 target, the two small-term passes accumulating into the running sum.
+const F32_TENSOR_CORES: bool = false;
+
+/// Whether the tensor-core phases apply: GEMM dimensions that are whole 16-wide tiles (rows
+/// `cp·R`, N and P), and bf16 activations or [`F32_TENSOR_CORES`].
+#[inline(always)]
+fn use_mma<X: Elem>(cx: &Ctx) -> bool {
+    (X::BYTES == 2 || F32_TENSOR_CORES)
+        && cx.lay.rows.is_multiple_of(16)
+        && cx.n.is_multiple_of(16)
+        && cx.p.is_multiple_of(16)
+}
+
+/// Operand A (16 rows × 16 deep) of one [`mma_step`]: per 8-deep half `h`, the values rounded to
+/// TF32 in `hi[h]`; the f32 path also keeps the rest `lo[h]` (value = hi + lo, both TF32).
+#[derive(Clone, Copy)]
+struct AOp {
+    hi: [[u32; 4]; 2],
+    lo: [[u32; 4]; 2],
+}
+
+/// Operand B (16 deep × 8 columns) of one [`mma_step`], laid out like [`AOp`].
+#[derive(Clone, Copy)]
+struct BOp {
+    hi: [[u32; 2]; 2],
+    lo: [[u32; 2]; 2],
+}
+
+/// `v = hi + lo` with both parts TF32 (`lo` carries the bits TF32 drops from `hi`).
+#[inline(always)]
+fn tf32_split(v: f32) -> (u32, u32) {
+    let hi = to_tf32(v);
+    (hi, to_tf32(v - f32::from_bits(hi)))
+}
+
+/// This lane's operand A of the 16×16 matrix whose element (row, k) is `at`.
+#[inline(always)]
+fn a_op<X: Elem>(lane: u32, at: impl Fn(u32, u32) -> f32) -> AOp {
+    let mut op = AOp {
+        hi: [[0; 4]; 2],
+        lo: [[0; 4]; 2],
+    };
+    for h in 0..2 {
+        for i in 0..4 {
+            let (r, c) = a_m16k8_tf32(lane, i as u32);
+            (op.hi[h][i], op.lo[h][i]) = tf32_split(at(r, c + 8 * h as u32));
+        }
+    }
+    op
+}
+
+/// This lane's operand B of the 16×8 matrix whose element (k, n) is `at`.
+#[inline(always)]
+fn b_op<X: Elem>(lane: u32, at: impl Fn(u32, u32) -> f32) -> BOp {
+    let mut op = BOp {
+        hi: [[0; 2]; 2],
+        lo: [[0; 2]; 2],
+    };
+    for h in 0..2 {
+        for i in 0..2 {
+            let (k, n) = b_k8n8_tf32(lane, i as u32);
+            (op.hi[h][i], op.lo[h][i]) = tf32_split(at(k + 8 * h as u32, n));
+        }
+    }
+    op
+}
+
+/// `acc += A·B` over 16 deep, per 8-deep half: for bf16 activations one TF32 pass (as fast here
+/// as a bf16 `mma`, the operands being built from f32 shared memory either way, and with 8× less
+/// rounding error than bf16 operands, which brought the output error near the 1e-2 bound); for
+/// f32 the three TF32 passes lo·hi, hi·lo, hi·hi (small terms first), which keep f32 accuracy
+/// where one pass would lose three decimal digits. The unused `lo` parts of the bf16 path are
+/// dead code to the compiler.
+#[inline(always)]
+fn mma_step<X: Elem>(acc: &mut [f32; 4], a: &AOp, b: &BOp) {
+    if X::BYTES == 2 {
+        for h in 0..2 {
+            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.hi[h]);
+        }
+    } else {
+        for h in 0..2 {
+            mma_m16n8k8_tf32_f32(acc, a.lo[h], b.hi[h]);
+            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.lo[h]);
+            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.hi[h]);
+        }
+    }
+}
+
+/// Phase C on tensor cores: weighted scores `W[ρ,ρ'] = w(i,i')·q̂_ρ·k̂_ρ'` per 16×16 block with
+/// `ρ'`-block ≤ `ρ`-block (later blocks hold only later times, as 16 is a multiple of R), one warp
+/// per block; blocks past the chunk's live rows are skipped (phase D skips them too).
+#[inline(always)]
+unsafe fn phase_scores_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let ws = lay.rows;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    let live = (len * R as u32).div_ceil(16);
+    // SAFETY (whole body): rows < 16·live ≤ rows and columns < N lie inside the staged regions.
+    unsafe {
+        let mut item = warp;
+        while item < live * live {
+            let mb = item / live;
+            let nb = item - mb * live;
+            if nb <= mb {
+                let mut acc = [[0.0f32; 4]; 2];
+                let q_blk = cx.sm(lay.q, 16 * mb * ns);
+                let k_blk = cx.sm(lay.k, 16 * nb * ns);
+                let mut kk = 0;
+                while kk < cx.n {
+                    let a = a_op::<X>(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
+                    for (t, acc_t) in acc.iter_mut().enumerate() {
+                        let b = b_op::<X>(lane, |k, n| {
+                            ld_shared_f32(k_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
+                        });
+                        mma_step::<X>(acc_t, &a, &b);
+                    }
+                    kk += 16;
+                }
+                for (t, acc_t) in acc.iter().enumerate() {
+                    for (slot, v) in acc_t.iter().enumerate() {
+                        let (r, c) = acc_m16n8(lane, slot as u32);
+                        let rho = 16 * mb + r;
+                        let rho2 = 16 * nb + 8 * t as u32 + c;
+                        let w = ld_shared_f32(
+                            cx.sm(lay.seg, rho / R as u32 * lay.cp + rho2 / R as u32),
+                        );
+                        st_shared_f32(cx.sm(lay.w, rho * ws + rho2), v * w);
+                    }
+                }
+            }
+            item += T / 32;
+        }
+    }
+}
+
+/// Phase D on tensor cores: `y = exp(A_i)·q̂ Sᵀ + W x + D·x` per 16×16 (row, p) block, one warp
+/// per block; the state is rounded for the product only (it stays f32 in shared memory).
+#[inline(always)]
+unsafe fn phase_outputs_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let ws = lay.rows;
+    let p4 = lay.p4;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    let live = (len * R as u32).div_ceil(16);
+    let pb = cx.p / 16;
+    // SAFETY (whole body): rows < 16·live, p < P and n < N lie inside the staged regions; the
+    // weighted scores of blocks kb ≤ mb were written by phase C.
+    unsafe {
+        let mut item = warp;
+        while item < live * pb {
+            let mb = item / pb;
+            let nb = item - mb * pb;
+            let mut acc = [[0.0f32; 4]; 2];
+            let q_blk = cx.sm(lay.q, 16 * mb * ns);
+            let s_blk = cx.sm(lay.state, 16 * nb * ns);
+            let mut kk = 0;
+            while kk < cx.n {
+                let a = a_op::<X>(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let b = b_op::<X>(lane, |k, n| {
+                        ld_shared_f32(s_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
+                    });
+                    mma_step::<X>(acc_t, &a, &b);
+                }
+                kk += 16;
+            }
+            for acc_t in acc.iter_mut() {
+                for (slot, v) in acc_t.iter_mut().enumerate() {
+                    let (r, _) = acc_m16n8(lane, slot as u32);
+                    *v *= ld_shared_f32(cx.sm(lay.exp_a, (16 * mb + r) / R as u32));
+                }
+            }
+            let mut kb = 0;
+            while kb <= mb {
+                let w_blk = cx.sm(lay.w, 16 * mb * ws + 16 * kb);
+                let a = a_op::<X>(lane, |r, c| ld_shared_f32(w_blk + 4 * (r * ws + c)));
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let b = b_op::<X>(lane, |k, n| {
+                        ld_shared_f32(cx.sm(lay.x, (16 * kb + k) * p4 + 16 * nb + 8 * t as u32 + n))
+                    });
+                    mma_step::<X>(acc_t, &a, &b);
+                }
+                kb += 1;
+            }
+            for (t, acc_t) in acc.iter().enumerate() {
+                for (slot, v) in acc_t.iter().enumerate() {
+                    let (r, c) = acc_m16n8(lane, slot as u32);
+                    let at = (16 * mb + r) * p4 + 16 * nb + 8 * t as u32 + c;
+                    let x = ld_shared_f32(cx.sm(lay.x, at));
+                    st_shared_f32(cx.sm(lay.y, at), fma_rn(d_h, x, *v));
+                }
+            }
+            item += T / 32;
+        }
+    }
+}
+
+/// Phase F's state pass on tensor cores: `S ← exp(A_last)·S + Σ_ρ x_ρ (exp(Ā_i)·c_i·k̂_ρ)ᵀ` per
+/// 16×16 (p, n) block, one warp per block, over the chunk's live 16-row blocks.
+#[inline(always)]
+unsafe fn phase_state_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
+    let lay = &cx.lay;
+    let ns = lay.n_stride;
+    let p4 = lay.p4;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    let live = (len * R as u32).div_ceil(16);
+    let (pb, nb_count) = (cx.p / 16, cx.n / 16);
+    // SAFETY (whole body): p < P, n < N and rows < 16·live lie inside the staged regions.
+    unsafe {
+        let decay = ld_shared_f32(cx.sm(lay.exp_a, len - 1));
+        let mut item = warp;
+        while item < pb * nb_count {
+            let mb = item / nb_count;
+            let nb = item - mb * nb_count;
+            let s_blk = cx.sm(lay.state, 16 * mb * ns + 16 * nb);
+            let mut acc = [[0.0f32; 4]; 2];
+            for (t, acc_t) in acc.iter_mut().enumerate() {
+                for (slot, v) in acc_t.iter_mut().enumerate() {
+                    let (r, c) = acc_m16n8(lane, slot as u32);
+                    *v = decay * ld_shared_f32(s_blk + 4 * (r * ns + 8 * t as u32 + c));
+                }
+            }
+            let mut kb = 0;
+            while kb < live {
+                let a = a_op::<X>(lane, |r, c| {
+                    ld_shared_f32(cx.sm(lay.x, (16 * kb + c) * p4 + 16 * mb + r))
+                });
+                for (t, acc_t) in acc.iter_mut().enumerate() {
+                    let b = b_op::<X>(lane, |k, n| {
+                        let rho = 16 * kb + k;
+                        ld_shared_f32(cx.sm(lay.k_scale, rho / R as u32))
+                            * ld_shared_f32(cx.sm(lay.k, rho * ns + 16 * nb + 8 * t as u32 + n))
+                    });
+                    mma_step::<X>(acc_t, &a, &b);
+                }
+                kb += 1;
+            }
+            for (t, acc_t) in acc.iter().enumerate() {
+                for (slot, v) in acc_t.iter().enumerate() {
+                    let (r, c) = acc_m16n8(lane, slot as u32);
+                    st_shared_f32(s_blk + 4 * (r * ns + 8 * t as u32 + c), *v);
+                }
+            }
+            item += T / 32;
+        }
+    }
+}
+
 /// Writes the requested final states after the last chunk.
 #[inline(always)]
 unsafe fn write_final_states<X: Elem, const R: usize>(
@@ -714,9 +1308,13 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
     let b = block_y() as usize;
     let s_len = prm.seq_len as usize;
     let lay = ForwardSmem::new(R as u32, prm.n, prm.p, prm.na, prm.chunk);
+    let base = smem_base();
     let cx = Ctx {
-        base: smem_base(),
+        base,
         lay,
+        stage: ForwardStage::new(R as u32, prm.n, prm.p, prm.chunk, X::BYTES),
+        raw: base + lay.bytes(),
+        staged: prm.staged != 0,
         tid: thread_x(),
         b,
         h,
@@ -732,6 +1330,10 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
     // SAFETY (whole body): the launch contract; every phase is separated by block barriers.
     unsafe {
         let d_h = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
+        let chunk = prm.chunk as usize;
+        if cx.staged {
+            stage_raw::<X, R>(prm, &cx, 0, s_len.min(chunk) as u32);
+        }
         // Zero state and angle carries.
         let mut e = cx.tid;
         while e < lay.p4 * lay.n_stride {
@@ -743,28 +1345,59 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             st_shared_f32(cx.sm(lay.theta, j), 0.0);
             j += T;
         }
+        wait_group::<0>();
         sync_threads();
 
-        let chunk = prm.chunk as usize;
         let mut c0 = 0usize;
         while c0 < s_len {
             let len = (s_len - c0).min(chunk) as u32;
             phase_scalars_angles_x::<X, R>(prm, &cx, c0, len);
             sync_threads();
-            phase_angle_prefix(&cx, len);
+            phase_token_scalars(&cx, len);
+            let par_angles = parallel_angles(&cx, len);
+            let theta = if par_angles {
+                phase_angle_prefix_sums(&cx, len)
+            } else {
+                [0.0; ANGLE_ITEMS]
+            };
+            sync_threads();
+            if par_angles {
+                phase_angle_prefix_store(&cx, len, theta);
+            } else {
+                phase_angle_prefix(&cx, len);
+            }
             sync_threads();
             phase_stage_qk::<X, R>(prm, &cx, c0, len);
             sync_threads();
-            phase_scores::<R>(&cx, len);
+            // The staging region is free from here to the end of the chunk: fetch the next one.
+            let next = c0 + chunk;
+            if cx.staged && next < s_len {
+                stage_raw::<X, R>(prm, &cx, next, (s_len - next).min(chunk) as u32);
+            }
+            let mma = use_mma::<X>(&cx);
+            if mma {
+                phase_scores_mma::<X, R>(&cx, len);
+            } else {
+                phase_scores::<R>(&cx, len);
+            }
             sync_threads();
-            phase_outputs_raw::<R>(&cx, len, d_h);
+            if mma {
+                phase_outputs_mma::<X, R>(&cx, len, d_h);
+            } else {
+                phase_outputs_raw::<R>(&cx, len, d_h);
+            }
             sync_threads();
             if prm.mode == output_mode::FUSED_NORM {
                 phase_rstd::<R>(&cx, len, prm.norm_eps);
                 sync_threads();
             }
             phase_store_outputs::<X, R>(prm, &cx, c0, len);
-            phase_state::<R>(&cx, len);
+            if mma {
+                phase_state_mma::<X, R>(&cx, len);
+            } else {
+                phase_state::<R>(&cx, len);
+            }
+            wait_group::<0>();
             sync_threads();
             c0 += chunk;
         }

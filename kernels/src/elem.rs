@@ -5,6 +5,8 @@ use crate::arch::float::to_bf16;
 
 /// A storage type of activations.
 pub trait Elem: Copy {
+    /// Bytes per element in global memory.
+    const BYTES: u32;
     /// Loads element `i` of `base` as f32.
     ///
     /// # Safety
@@ -23,6 +25,7 @@ pub trait Elem: Copy {
 pub struct Bf16(pub u16);
 
 impl Elem for f32 {
+    const BYTES: u32 = 4;
     #[inline(always)]
     unsafe fn load(base: u64, i: usize) -> f32 {
         // SAFETY: forwarded to the caller.
@@ -36,6 +39,7 @@ impl Elem for f32 {
 }
 
 impl Elem for Bf16 {
+    const BYTES: u32 = 2;
     #[inline(always)]
     unsafe fn load(base: u64, i: usize) -> f32 {
         // SAFETY: forwarded to the caller.
