@@ -1,4 +1,8 @@
-//! Mamba-3 MIMO chunked forward (spec §2.2, §2.3), FMA path: no tensor cores.
+//! Mamba-3 MIMO chunked forward (spec §2.2, §2.3).
+//!
+//! The GEMM phases C, D and the state pass run on tensor cores (TF32 `mma`, see `use_mma`) for
+//! bf16 activations when the rows, N and P are whole 16-wide tiles, and as f32 FMA loops otherwise
+//! (always for f32 activations); the entry points keep their `forward_fma_*` names.
 //!
 //! One block of [`FORWARD_THREADS`] threads per (head, batch row) walks the chunks of its sequence
 //! in order and carries the (P, N) state `Sᵀ` in shared memory (f32). Per chunk of `len ≤ C`
@@ -983,9 +987,10 @@ unsafe fn phase_state<const R: usize>(cx: &Ctx, len: u32) {
 }
 
 /// Whether the f32 path's GEMMs also run on tensor cores, as three TF32 passes (see
-/// [`mma_step`]). Off: on the H200 (2026-11-29) that path was no faster than the FMA phases
-/// (6.29 vs 6.10 ms at H=64, B=1, S=2048) and its output error reached 2.6e-6 (N=256, C=8) against
-/// the 2e-6 target, the two small-term passes accumulating into the running sum.
+/// [`mma_step`]). Off: on the H200 (2026-11-29) that path was slower than the FMA phases (6.29 ms
+/// at H=64, B=1, S=2048; 4.85 ms back on FMA, with the parallel angle prefix, which alone saved
+/// ~0.5 ms) and its output error reached 2.6e-6 (N=256, C=8) against the 2e-6 target, the two
+/// small-term passes accumulating into the running sum.
 const F32_TENSOR_CORES: bool = false;
 
 /// Whether the tensor-core phases apply: GEMM dimensions that are whole 16-wide tiles (rows
