@@ -449,6 +449,52 @@ proptest! {
     }
 }
 
+/// Runs `case.tokens` GPU tokens from `state` (the state after `case.prefix` tokens of `all`) and
+/// returns the relative errors of their outputs and of the final SSM state against the golden
+/// forward over all `S + T` tokens.
+fn continue_against_golden(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    case: &Case,
+    all: &Mamba3Inputs,
+    mut state: DecodeState<f32>,
+) -> (f64, f64) {
+    let (prefix, tokens) = (case.prefix, case.tokens);
+    let full = golden::forward_recurrent(all).unwrap();
+    let call = all.token_slice(prefix, prefix + tokens).unwrap();
+    let dev = Device::<f32>::upload(stream, &call);
+    let mut out = stream
+        .alloc_zeros::<f32>(state.config().output_len(tokens))
+        .unwrap();
+    decode::step_tokens(
+        gpu,
+        stream,
+        &mut state,
+        &dev.weights(),
+        &dev.inputs(),
+        tokens,
+        &mut out,
+    )
+    .unwrap();
+    let got: Vec<f64> = stream
+        .clone_dtoh(&out)
+        .unwrap()
+        .iter()
+        .map(|x| *x as f64)
+        .collect();
+    // The last `tokens` time steps of the full forward, per batch row.
+    let per_token = full.out.len() / (case.batch * (prefix + tokens));
+    let want: Vec<f64> = (0..case.batch)
+        .flat_map(|b| {
+            let row = b * (prefix + tokens) * per_token;
+            full.out[row + prefix * per_token..row + (prefix + tokens) * per_token].to_vec()
+        })
+        .collect();
+    let host = state.to_host(stream).unwrap();
+    let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
+    (rel_err(&got, &want), rel_err(&ssm, &full.final_states.ssm))
+}
+
 /// Prefill through the golden forward's final states (the hand-off tensors), then `T` GPU tokens,
 /// equals the golden forward over `S + T`.
 #[test]
@@ -472,45 +518,11 @@ fn forward_then_step_tokens_equals_longer_forward() {
         let all = case.inputs::<f32>(7);
         let prefix =
             golden::forward_chunked(&all.token_slice(0, case.prefix).unwrap(), 16).unwrap();
-        let full = golden::forward_recurrent(&all).unwrap();
-        let call = all.token_slice(case.prefix, case.prefix + tokens).unwrap();
-        let dev = Device::<f32>::upload(&stream, &call);
-        let config = case.config(call.norm.as_ref().map_or(1e-5, |n| n.eps));
-        let mut state =
+        let config = case.config(all.norm.as_ref().map_or(1e-5, |n| n.eps));
+        let state =
             DecodeState::from_host(&stream, config, &host_state::<f32>(&prefix.final_states))
                 .unwrap();
-        let mut out = stream
-            .alloc_zeros::<f32>(config.output_len(tokens))
-            .unwrap();
-        decode::step_tokens(
-            &gpu,
-            &stream,
-            &mut state,
-            &dev.weights(),
-            &dev.inputs(),
-            tokens,
-            &mut out,
-        )
-        .unwrap();
-        let got: Vec<f64> = stream
-            .clone_dtoh(&out)
-            .unwrap()
-            .iter()
-            .map(|x| *x as f64)
-            .collect();
-        // The last `tokens` time steps of the full forward, per batch row.
-        let per_token = full.out.len() / (case.batch * (case.prefix + tokens));
-        let want: Vec<f64> = (0..case.batch)
-            .flat_map(|b| {
-                let row = b * (case.prefix + tokens) * per_token;
-                full.out[row + case.prefix * per_token..row + (case.prefix + tokens) * per_token]
-                    .to_vec()
-            })
-            .collect();
-        let e = rel_err(&got, &want);
-        let host = state.to_host(&stream).unwrap();
-        let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
-        let es = rel_err(&ssm, &full.final_states.ssm);
+        let (e, es) = continue_against_golden(&gpu, &stream, &case, &all, state);
         eprintln!("forward(S=61) + step_tokens(T={tokens}) {mode:?} vs forward(S+T): out {e:.2e} state {es:.2e}");
         assert!(
             e <= 2e-6 && es <= 2e-6,
@@ -540,7 +552,6 @@ fn gpu_forward_then_step_tokens_equals_longer_forward() {
             ..REFERENCE
         };
         let all = case.inputs::<f32>(11);
-        let full = golden::forward_recurrent(&all).unwrap();
         let prefill = all.token_slice(0, case.prefix).unwrap();
         let pre = Device::<f32>::upload(&stream, &prefill);
         let config = ForwardConfig {
@@ -579,41 +590,8 @@ fn gpu_forward_then_step_tokens_equals_longer_forward() {
         };
         let (_, states) = forward_alloc(&gpu, &stream, &config, &inputs, true).unwrap();
         let decode_config = case.config(prefill.norm.as_ref().map_or(1e-5, |n| n.eps));
-        let mut state =
-            DecodeState::from_forward(&stream, decode_config, &states.unwrap()).unwrap();
-        let call = all.token_slice(case.prefix, case.prefix + tokens).unwrap();
-        let dev = Device::<f32>::upload(&stream, &call);
-        let mut out = stream
-            .alloc_zeros::<f32>(decode_config.output_len(tokens))
-            .unwrap();
-        decode::step_tokens(
-            &gpu,
-            &stream,
-            &mut state,
-            &dev.weights(),
-            &dev.inputs(),
-            tokens,
-            &mut out,
-        )
-        .unwrap();
-        let got: Vec<f64> = stream
-            .clone_dtoh(&out)
-            .unwrap()
-            .iter()
-            .map(|x| *x as f64)
-            .collect();
-        let per_token = full.out.len() / (case.batch * (case.prefix + tokens));
-        let want: Vec<f64> = (0..case.batch)
-            .flat_map(|b| {
-                let row = b * (case.prefix + tokens) * per_token;
-                full.out[row + case.prefix * per_token..row + (case.prefix + tokens) * per_token]
-                    .to_vec()
-            })
-            .collect();
-        let e = rel_err(&got, &want);
-        let host = state.to_host(&stream).unwrap();
-        let ssm: Vec<f64> = host.ssm.iter().map(|x| *x as f64).collect();
-        let es = rel_err(&ssm, &full.final_states.ssm);
+        let state = DecodeState::from_forward(&stream, decode_config, &states.unwrap()).unwrap();
+        let (e, es) = continue_against_golden(&gpu, &stream, &case, &all, state);
         eprintln!("GPU forward(S=45) + step_tokens(T={tokens}) {mode:?} vs golden forward(S+T): out {e:.2e} state {es:.2e}");
         assert!(
             e <= 2e-6 && es <= 2e-6,
