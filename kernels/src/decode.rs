@@ -408,12 +408,16 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
     }
 }
 
+// Entry points exist only on the device, so that the host test `tests/decode_emulated.rs` can
+// compile this file against emulated primitives (threads, barriers, checked shared and global
+// memory).
 macro_rules! decode_entry {
     ($($name:ident: $x:ty, $r:literal;)*) => {$(
         /// Decode entry point (activation type and rank in the name); see the module docs.
         ///
         /// # Safety
         /// See the module's launch contract.
+        #[cfg(target_arch = "nvptx64")]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: DecodeParams) {
             // SAFETY: forwarded launch contract.

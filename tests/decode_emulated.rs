@@ -1,0 +1,425 @@
+//! The decode kernel's source (`kernels/src/decode.rs`) compiled for the host against the emulated
+//! device primitives of `tests/emulation`, checked against the float64 golden model's `step`.
+//!
+//! Each block runs as `32·DECODE_WARPS` OS threads with a real barrier; shared memory is bounds-
+//! and race-checked, global activation accesses (through `Elem`) and the `cp.async` staging of the
+//! state are checked against the buffers of the launch. Each case draws a sequence, runs the golden
+//! recurrence over a short prefix to get a non-trivial state, then advances it by `T` tokens both
+//! with the emulated kernel and with `golden::step`, comparing the outputs and the whole final
+//! state (ssm, θ modulo 2π, k, v). The geometries are small and cover every branch of the kernel.
+
+mod common;
+mod emulation;
+
+use mamba3::golden::{
+    self, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
+};
+use mamba3_abi::{DecodeParams, DecodeSmem, DECODE_WARPS};
+
+use common::{angle_rel_err, rel_err};
+use emulation::{arch, elem, math, Buffer};
+
+#[path = "../kernels/src/warp_reduce.rs"]
+mod warp_reduce;
+
+// Device code indexes register arrays in unrolled loops on purpose; host lints do not apply. Not
+// reformatted from here: the kernels crate has its own style.
+#[rustfmt::skip]
+#[allow(clippy::all)]
+#[path = "../kernels/src/decode.rs"]
+mod decode;
+
+/// Tokens of the golden prefix that produces the starting state.
+const PREFIX: usize = 2;
+
+/// 16 bytes, 16-byte aligned: the unit of the host buffers (`cp.async` and the vectorized state
+/// write-back need 16-byte aligned global addresses).
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Quad([u8; 16]);
+
+/// Host "global memory" of one launch: aligned buffers and their checked extents.
+#[derive(Default)]
+struct Memory {
+    storage: Vec<Vec<Quad>>,
+    buffers: Vec<Buffer>,
+}
+
+impl Memory {
+    fn put(&mut self, bytes: &[u8], name: &'static str) -> u64 {
+        let mut v = vec![Quad([0; 16]); bytes.len().div_ceil(16)];
+        for (i, b) in bytes.iter().enumerate() {
+            v[i / 16].0[i % 16] = *b;
+        }
+        let ptr = v.as_ptr() as u64;
+        self.buffers.push((ptr, bytes.len() as u64, name));
+        self.storage.push(v);
+        ptr
+    }
+
+    fn put_f32(&mut self, x: &[f64], name: &'static str) -> u64 {
+        let bytes: Vec<u8> = x.iter().flat_map(|&v| (v as f32).to_ne_bytes()).collect();
+        self.put(&bytes, name)
+    }
+
+    fn put_act(&mut self, x: &[f64], bf16: bool, name: &'static str) -> u64 {
+        if bf16 {
+            let bytes: Vec<u8> = x
+                .iter()
+                .flat_map(|&v| half::bf16::from_f64(v).to_bits().to_ne_bytes())
+                .collect();
+            self.put(&bytes, name)
+        } else {
+            self.put_f32(x, name)
+        }
+    }
+
+    fn get_f32(&self, ptr: u64, len: usize) -> Vec<f64> {
+        // SAFETY: `ptr` is a buffer of `self` holding at least `len` f32.
+        let s = unsafe { std::slice::from_raw_parts(ptr as *const f32, len) };
+        s.iter().map(|&v| v as f64).collect()
+    }
+
+    fn get_act(&self, ptr: u64, len: usize, bf16: bool) -> Vec<f64> {
+        if bf16 {
+            // SAFETY: `ptr` is a buffer of `self` holding at least `len` bf16.
+            let s = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
+            s.iter()
+                .map(|&b| half::bf16::from_bits(b).to_f64())
+                .collect()
+        } else {
+            self.get_f32(ptr, len)
+        }
+    }
+}
+
+fn round_act(v: &mut [f64], bf16: bool) {
+    for x in v.iter_mut() {
+        *x = if bf16 {
+            half::bf16::from_f64(*x).to_f64()
+        } else {
+            *x as f32 as f64
+        };
+    }
+}
+
+fn round_f32(v: &mut [f64]) {
+    v.iter_mut().for_each(|x| *x = *x as f32 as f64);
+}
+
+/// Rounds every input to what the device sees: activations (q, k, v, z, trap) to the activation
+/// dtype, everything else to f32.
+fn quantize(inp: &mut Mamba3Inputs, bf16: bool) {
+    for v in [&mut inp.q, &mut inp.k, &mut inp.v, &mut inp.trap] {
+        round_act(v, bf16);
+    }
+    if let Some(z) = inp.z.as_mut() {
+        round_act(z, bf16);
+    }
+    for v in [
+        &mut inp.dt,
+        &mut inp.adt,
+        &mut inp.angle_logits,
+        &mut inp.q_bias,
+        &mut inp.k_bias,
+        &mut inp.mimo_v,
+    ] {
+        round_f32(v);
+    }
+    for v in [inp.mimo_z.as_mut(), inp.mimo_o.as_mut(), inp.d.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        round_f32(v);
+    }
+    if let Some(n) = inp.norm.as_mut() {
+        round_f32(&mut n.weight);
+        n.eps = n.eps as f32 as f64;
+    }
+}
+
+/// Rounds a state to its device storage: θ reduced into [0, 2π) and f32, ssm f32, k and v in the
+/// activation dtype.
+fn quantize_state(s: &mut FinalStates, bf16: bool) {
+    for t in s.theta.iter_mut() {
+        *t = t.rem_euclid(std::f64::consts::TAU) as f32 as f64;
+    }
+    round_f32(&mut s.ssm);
+    round_act(&mut s.k, bf16);
+    round_act(&mut s.v, bf16);
+}
+
+/// One decode case: geometry, options, tokens of the call, dtype.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    batch: usize,
+    heads: usize,
+    groups: usize,
+    rank: usize,
+    n: usize,
+    p: usize,
+    na: usize,
+    tokens: usize,
+    rotation: Rotation,
+    mode: OutputMode,
+    has_z: bool,
+    has_d: bool,
+    bf16: bool,
+}
+
+/// Worst normalized errors of one case.
+#[derive(Debug, Default, Clone, Copy)]
+struct Errors {
+    out: f64,
+    ssm: f64,
+    theta: f64,
+    k: f64,
+    v: f64,
+}
+
+impl Errors {
+    fn worst(&self) -> f64 {
+        self.out
+            .max(self.ssm)
+            .max(self.theta)
+            .max(self.k)
+            .max(self.v)
+    }
+}
+
+/// Runs the emulated kernel over the `T` tokens of `call` from `state` (both already quantized);
+/// returns the outputs and the final state.
+fn run_emulated(call: &Mamba3Inputs, state: &FinalStates, bf16: bool) -> (Vec<f64>, FinalStates) {
+    let g = call.geometry;
+    let tokens = g.seq_len;
+    let mut mem = Memory::default();
+    let q = mem.put_act(&call.q, bf16, "q");
+    let k = mem.put_act(&call.k, bf16, "k");
+    let v = mem.put_act(&call.v, bf16, "v");
+    let z = call.z.as_ref().map_or(0, |z| mem.put_act(z, bf16, "z"));
+    let trap = mem.put_act(&call.trap, bf16, "trap");
+    let dt = mem.put_f32(&call.dt, "dt");
+    let adt = mem.put_f32(&call.adt, "adt");
+    let angles = mem.put_f32(&call.angle_logits, "angles");
+    let q_bias = mem.put_f32(&call.q_bias, "q_bias");
+    let k_bias = mem.put_f32(&call.k_bias, "k_bias");
+    let mimo_v = mem.put_f32(&call.mimo_v, "mimo_v");
+    let mimo_z = call.mimo_z.as_ref().map_or(0, |m| mem.put_f32(m, "mimo_z"));
+    let mimo_o = call.mimo_o.as_ref().map_or(0, |m| mem.put_f32(m, "mimo_o"));
+    let d = call.d.as_ref().map_or(0, |m| mem.put_f32(m, "d"));
+    let norm_weight = call
+        .norm
+        .as_ref()
+        .map_or(0, |n| mem.put_f32(&n.weight, "norm_weight"));
+    let theta = mem.put_f32(&state.theta, "theta");
+    let ssm = mem.put_f32(&state.ssm, "ssm");
+    let k_state = mem.put_act(&state.k, bf16, "k_state");
+    let v_state = mem.put_act(&state.v, bf16, "v_state");
+    let out_len = g.batch * tokens * g.heads * call.output_width();
+    let out = mem.put_act(&vec![0.0; out_len], bf16, "out");
+
+    let params = DecodeParams {
+        q,
+        k,
+        v,
+        z,
+        trap,
+        dt,
+        adt,
+        angles,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_z,
+        mimo_o,
+        d,
+        norm_weight,
+        theta,
+        ssm,
+        k_state,
+        v_state,
+        out,
+        batch: g.batch as u32,
+        tokens: tokens as u32,
+        heads: g.heads as u32,
+        groups: g.groups as u32,
+        n: g.state_dim as u32,
+        p: g.head_dim as u32,
+        na: g.num_angles as u32,
+        mode: match call.output_mode() {
+            OutputMode::Gated => mamba3_abi::output_mode::GATED,
+            OutputMode::FusedNorm => mamba3_abi::output_mode::FUSED_NORM,
+            OutputMode::Prereduce => mamba3_abi::output_mode::PREREDUCE,
+        },
+        rotation: match call.rotation {
+            Rotation::HalfSplit => mamba3_abi::rotation::HALF_SPLIT,
+            Rotation::Pairwise => mamba3_abi::rotation::PAIRWISE,
+        },
+        norm_eps: call.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
+    };
+    let lay = DecodeSmem::new(
+        g.rank as u32,
+        g.state_dim as u32,
+        g.head_dim as u32,
+        g.num_angles as u32,
+    );
+    emulation::run_grid(
+        (g.heads as u32, g.batch as u32),
+        32 * DECODE_WARPS as usize,
+        lay.bytes() as usize / 4,
+        &mem.buffers,
+        // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
+        || unsafe {
+            match (bf16, g.rank) {
+                (false, 1) => decode::decode::<f32, 1>(&params),
+                (false, 2) => decode::decode::<f32, 2>(&params),
+                (false, 4) => decode::decode::<f32, 4>(&params),
+                (false, 8) => decode::decode::<f32, 8>(&params),
+                (true, 1) => decode::decode::<elem::Bf16, 1>(&params),
+                (true, 2) => decode::decode::<elem::Bf16, 2>(&params),
+                (true, 4) => decode::decode::<elem::Bf16, 4>(&params),
+                (true, 8) => decode::decode::<elem::Bf16, 8>(&params),
+                _ => panic!("unsupported rank"),
+            }
+        },
+    );
+    let final_state = FinalStates {
+        theta: mem.get_f32(theta, state.theta.len()),
+        ssm: mem.get_f32(ssm, state.ssm.len()),
+        k: mem.get_act(k_state, state.k.len(), bf16),
+        v: mem.get_act(v_state, state.v.len(), bf16),
+    };
+    (mem.get_act(out, out_len, bf16), final_state)
+}
+
+/// Golden prefix → state; emulated kernel over the call's tokens vs golden `step`.
+fn check(case: Case, seed: u64) -> Errors {
+    let geometry = Mamba3Geometry {
+        batch: case.batch,
+        seq_len: PREFIX + case.tokens,
+        rank: case.rank,
+        groups: case.groups,
+        heads: case.heads,
+        state_dim: case.n,
+        head_dim: case.p,
+        num_angles: case.na,
+    };
+    let options = RandomOptions {
+        rotation: case.rotation,
+        mode: case.mode,
+        has_z: case.has_z,
+        has_d: case.has_d,
+    };
+    let mut all = Mamba3Inputs::random(geometry, options, seed).unwrap();
+    quantize(&mut all, case.bf16);
+    let mut state = golden::forward_recurrent(&all.token_slice(0, PREFIX).unwrap())
+        .unwrap()
+        .final_states;
+    quantize_state(&mut state, case.bf16);
+    let call = all.token_slice(PREFIX, PREFIX + case.tokens).unwrap();
+    let (out, ours) = run_emulated(&call, &state, case.bf16);
+    let want = golden::step(&call, &mut state).unwrap();
+    let e = Errors {
+        out: rel_err(&out, &want),
+        ssm: rel_err(&ours.ssm, &state.ssm),
+        theta: angle_rel_err(&ours.theta, &state.theta),
+        k: rel_err(&ours.k, &state.k),
+        v: rel_err(&ours.v, &state.v),
+    };
+    eprintln!(
+        "emulated decode {} {case:?}: error out {:.2e} ssm {:.2e} theta {:.2e} k {:.2e} v {:.2e}",
+        if case.bf16 { "bf16" } else { "f32" },
+        e.out,
+        e.ssm,
+        e.theta,
+        e.k,
+        e.v
+    );
+    let tol = if case.bf16 { 1e-2 } else { 2e-6 };
+    assert!(
+        e.worst() <= tol,
+        "worst error {:e} above {tol:e} for {case:?}: {e:?}",
+        e.worst()
+    );
+    assert!(
+        ours.theta
+            .iter()
+            .all(|t| (0.0..std::f64::consts::TAU).contains(t)),
+        "θ left [0, 2π) for {case:?}"
+    );
+    e
+}
+
+#[allow(clippy::too_many_arguments)]
+fn case(
+    rank: usize,
+    n: usize,
+    p: usize,
+    na: usize,
+    tokens: usize,
+    rotation: Rotation,
+    mode: OutputMode,
+    has_z: bool,
+    has_d: bool,
+    bf16: bool,
+) -> Case {
+    Case {
+        batch: 2,
+        heads: 2,
+        groups: 2,
+        rank,
+        n,
+        p,
+        na,
+        tokens,
+        rotation,
+        mode,
+        has_z,
+        has_d,
+        bf16,
+    }
+}
+
+#[test]
+fn emulated_decode_matches_golden_step_on_small_geometries() {
+    use OutputMode::*;
+    use Rotation::*;
+    // Row sets: P ≤ 32 (no lane has a second row), 32 < P ≤ 64 (some lanes do), P > 64 (two or
+    // three row sets, fewer column splits; P = 200 has one split). N = 8, 12, 16 take the
+    // vectorized state path (splits with no quad, partial splits), N = 6, 10 the scalar one.
+    // Na = 0, Na < N/2, Na = N/2; T = 1 and T = 3 (odd: the k/v buffers end swapped).
+    let mut cases = vec![
+        // f32: every rank, every output mode, both rotations.
+        case(1, 8, 8, 4, 3, HalfSplit, Gated, true, true, false),
+        case(2, 6, 40, 1, 1, Pairwise, FusedNorm, true, false, false),
+        case(4, 16, 72, 0, 3, HalfSplit, Prereduce, false, true, false),
+        case(8, 8, 5, 2, 3, Pairwise, Gated, false, false, false),
+        case(4, 10, 200, 5, 1, HalfSplit, FusedNorm, true, true, false),
+        case(2, 12, 33, 3, 3, HalfSplit, Gated, true, true, false),
+        case(1, 6, 64, 3, 3, Pairwise, Prereduce, true, true, false),
+        // bf16: every rank, every output mode, both rotations.
+        case(4, 8, 40, 4, 3, Pairwise, FusedNorm, true, true, true),
+        case(8, 6, 72, 1, 1, HalfSplit, Gated, true, false, true),
+        case(1, 16, 20, 0, 3, HalfSplit, Prereduce, false, true, true),
+        case(2, 8, 130, 2, 3, Pairwise, Gated, true, true, true),
+        case(4, 12, 8, 6, 1, HalfSplit, FusedNorm, false, false, true),
+    ];
+    // T = 2 (buffers end where they started) and GQA with two heads per group.
+    let mut gqa = case(2, 8, 36, 2, 2, Pairwise, Gated, true, true, false);
+    gqa.heads = 4;
+    cases.push(gqa);
+    cases.push(Case { bf16: true, ..gqa });
+
+    let mut worst = [0.0f64; 2];
+    for (i, c) in cases.iter().enumerate() {
+        let e = check(*c, 300 + i as u64);
+        let w = &mut worst[c.bf16 as usize];
+        *w = w.max(e.worst());
+    }
+    eprintln!(
+        "emulated decode: worst error f32 {:.2e}, bf16 {:.2e} over {} cases",
+        worst[0],
+        worst[1],
+        cases.len()
+    );
+}

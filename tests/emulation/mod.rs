@@ -1,0 +1,457 @@
+//! Device code of the kernels crate compiled for the host against emulated device primitives
+//! (shared by the `*_emulated` tests).
+//!
+//! A test file declares `mod emulation;` and re-exports `emulation::{arch, elem, frag, math}` at
+//! its root, so kernel sources included with `#[path]` find them as `crate::arch` etc. Each block
+//! of a launch runs as OS threads with a real barrier ([`run_grid`]); shared memory is an array of
+//! atomics whose every access is bounds-checked and race-checked (a word written by one thread and
+//! touched by another between the same two barriers is reported); global memory accesses through
+//! the `Elem` trait (and `cp.async`) are checked against the buffers of the launch.
+
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+
+/// Per-thread launch context of the emulation.
+pub struct ThreadCtx {
+    tid: u32,
+    block: (u32, u32),
+    launch: Arc<Launch>,
+    epoch: u64,
+}
+
+/// State shared by the threads of one block.
+pub struct Launch {
+    smem: Vec<AtomicU32>,
+    /// Per word: `(epoch << 32) | (tid + 1)` of the last writer.
+    writer: Vec<AtomicU64>,
+    /// Per word: `(epoch << 32) | (tid + 1)` of the last reader, `tid + 1 = 0xffff` for several.
+    reader: Vec<AtomicU64>,
+    barrier: Barrier,
+    warp_slots: Vec<AtomicU32>,
+    /// Six operand registers per thread for the emulated `mma`.
+    mma_slots: Vec<AtomicU32>,
+    warp_barriers: Vec<Barrier>,
+    /// Global buffers of the launch: (start address, length in bytes, name).
+    buffers: Vec<(u64, u64, &'static str)>,
+    errors: Mutex<Vec<String>>,
+    failed: AtomicBool,
+}
+
+thread_local! {
+    static CTX: RefCell<Option<ThreadCtx>> = const { RefCell::new(None) };
+}
+
+pub fn with_ctx<T>(f: impl FnOnce(&mut ThreadCtx) -> T) -> T {
+    CTX.with(|c| f(c.borrow_mut().as_mut().expect("emulated thread context")))
+}
+
+pub fn fail(msg: String) -> ! {
+    eprintln!("EMULATION ERROR: {msg}");
+    // Other threads of the block wait at a barrier: stop the whole test process.
+    std::process::abort();
+}
+
+const MULTI: u64 = 0xffff;
+
+fn smem_word(addr: u32, write: bool) -> usize {
+    with_ctx(|c| {
+        if !addr.is_multiple_of(4) {
+            fail(format!("tid {} unaligned shared access at {addr}", c.tid));
+        }
+        let w = (addr / 4) as usize;
+        let l = &c.launch;
+        if w >= l.smem.len() {
+            fail(format!(
+                "tid {} block {:?}: shared {} at byte {addr} past the {} bytes of the launch",
+                c.tid,
+                c.block,
+                if write { "write" } else { "read" },
+                4 * l.smem.len()
+            ));
+        }
+        let me = c.tid as u64 + 1;
+        let cur = c.epoch;
+        let wr = l.writer[w].load(Ordering::Relaxed);
+        if wr >> 32 == cur && wr & 0xffff_ffff != me && wr != 0 {
+            let kind = if write {
+                "write-after-write"
+            } else {
+                "read-after-write"
+            };
+            let msg = format!(
+                "{kind} race at shared byte {addr}: tid {} and tid {} between the same barriers (epoch {cur})",
+                c.tid,
+                (wr & 0xffff_ffff) - 1
+            );
+            l.errors.lock().unwrap().push(msg);
+            l.failed.store(true, Ordering::Relaxed);
+        }
+        if write {
+            let rd = l.reader[w].load(Ordering::Relaxed);
+            if rd >> 32 == cur && rd & 0xffff_ffff != me && rd != 0 {
+                let msg = format!(
+                    "write-after-read race at shared byte {addr}: writer tid {} (epoch {cur})",
+                    c.tid
+                );
+                l.errors.lock().unwrap().push(msg);
+                l.failed.store(true, Ordering::Relaxed);
+            }
+            l.writer[w].store((cur << 32) | me, Ordering::Relaxed);
+        } else {
+            let rd = l.reader[w].load(Ordering::Relaxed);
+            let next = if rd >> 32 == cur && rd & 0xffff_ffff != me {
+                (cur << 32) | MULTI
+            } else {
+                (cur << 32) | me
+            };
+            l.reader[w].store(next, Ordering::Relaxed);
+        }
+        w
+    })
+}
+
+pub fn smem_read(addr: u32) -> u32 {
+    let w = smem_word(addr, false);
+    with_ctx(|c| c.launch.smem[w].load(Ordering::Relaxed))
+}
+
+pub fn smem_write(addr: u32, v: u32) {
+    let w = smem_word(addr, true);
+    with_ctx(|c| c.launch.smem[w].store(v, Ordering::Relaxed));
+}
+
+pub fn check_global(base: u64, i: usize, size: usize, write: bool) {
+    with_ctx(|c| {
+        let addr = base + (i * size) as u64;
+        let ok = c
+            .launch
+            .buffers
+            .iter()
+            .any(|&(s, len, _)| addr >= s && addr + size as u64 <= s + len);
+        if !ok {
+            let near = c
+                .launch
+                .buffers
+                .iter()
+                .find(|&&(s, _, _)| s == base)
+                .map_or("?", |b| b.2);
+            fail(format!(
+                "tid {} block {:?}: global {} of element {i} of buffer `{near}` out of bounds",
+                c.tid,
+                c.block,
+                if write { "store" } else { "load" }
+            ));
+        }
+    })
+}
+
+/// Emulated `crate::arch`.
+pub mod arch {
+    pub mod float {
+        pub fn fma_rn(a: f32, b: f32, c: f32) -> f32 {
+            a.mul_add(b, c)
+        }
+        pub fn round_nearest(a: f32) -> f32 {
+            a.round_ties_even()
+        }
+        pub fn exp2_approx(a: f32) -> f32 {
+            a.exp2()
+        }
+        pub fn sqrt_rn(a: f32) -> f32 {
+            a.sqrt()
+        }
+        pub fn floor(a: f32) -> f32 {
+            a.floor()
+        }
+        pub fn to_tf32(a: f32) -> u32 {
+            // Round to nearest, ties away from zero, on the 13 dropped mantissa bits (finite a).
+            (a.to_bits() + 0x1000) & !0x1fff
+        }
+        pub fn to_bf16(a: f32) -> u16 {
+            half::bf16::from_f32(a).to_bits()
+        }
+    }
+
+    pub mod mma {
+        use std::sync::atomic::Ordering;
+
+        #[allow(unused_imports)] // unused by the decode test
+        pub use super::mma_tf32::mma_m16n8k8_tf32_f32;
+
+        /// The warp's 32 lanes post their operand registers, then each lane forms its four
+        /// accumulator elements from the whole A and B tiles rebuilt through the fragment maps.
+        pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            for (j, v) in a.iter().chain(b.iter()).enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let half = |v: u32, hi: bool| -> f32 {
+                f32::from_bits(if hi { v & 0xffff_0000 } else { v << 16 })
+            };
+            let mut am = [[0.0f32; 16]; 16];
+            let mut bm = [[0.0f32; 8]; 16];
+            for l in 0..32u32 {
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                for i in 0..8u32 {
+                    let (r, c) = super::super::frag::a_m16k16(l, i);
+                    am[r as usize][c as usize] = half(slot((i / 2) as usize), i % 2 == 1);
+                }
+                for i in 0..4u32 {
+                    let (k, n) = super::super::frag::b_k16n8(l, i);
+                    bm[k as usize][n as usize] = half(slot(4 + (i / 2) as usize), i % 2 == 1);
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (s, v) in acc.iter_mut().enumerate() {
+                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let mut sum = 0.0f32;
+                for k in 0..16 {
+                    sum += am[r as usize][k] * bm[k][c as usize];
+                }
+                *v += sum;
+            }
+        }
+    }
+
+    /// As `mma` above for `mma.m16n8k8` tf32 (A 16×8, B 8×8 of f32 bit patterns).
+    pub mod mma_tf32 {
+        use std::sync::atomic::Ordering;
+
+        pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            for (j, v) in a.iter().chain(b.iter()).enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let mut am = [[0.0f32; 8]; 16];
+            let mut bm = [[0.0f32; 8]; 8];
+            for l in 0..32u32 {
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                for i in 0..4u32 {
+                    let (r, c) = super::super::frag::a_m16k8_tf32(l, i);
+                    am[r as usize][c as usize] = f32::from_bits(slot(i as usize));
+                }
+                for i in 0..2u32 {
+                    let (k, n) = super::super::frag::b_k8n8_tf32(l, i);
+                    bm[k as usize][n as usize] = f32::from_bits(slot(4 + i as usize));
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (s, v) in acc.iter_mut().enumerate() {
+                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let mut sum = 0.0f32;
+                for k in 0..8 {
+                    sum += am[r as usize][k] * bm[k][c as usize];
+                }
+                *v += sum;
+            }
+        }
+    }
+
+    pub mod cp_async {
+        /// Copies at once: the kernel reads the destination only after `wait_group` and a
+        /// barrier, so the race check sees the copy as a write of the issuing thread.
+        pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
+            if !dst.is_multiple_of(16) || !(src as u64).is_multiple_of(16) {
+                super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
+            }
+            super::super::check_global(src as u64, 0, 16, false);
+            for k in 0..4u32 {
+                let w = unsafe { (src as *const u32).add(k as usize).read_unaligned() };
+                super::super::smem_write(dst + 4 * k, w);
+            }
+        }
+        pub fn commit_group() {}
+        pub fn wait_group<const PENDING: u32>() {}
+    }
+
+    pub mod sreg {
+        use std::sync::atomic::Ordering;
+
+        pub fn smem_base() -> u32 {
+            0
+        }
+        pub fn thread_x() -> u32 {
+            super::super::with_ctx(|c| c.tid)
+        }
+        pub fn block_x() -> u32 {
+            super::super::with_ctx(|c| c.block.0)
+        }
+        pub fn block_y() -> u32 {
+            super::super::with_ctx(|c| c.block.1)
+        }
+        pub fn lane_id() -> u32 {
+            thread_x() % 32
+        }
+        pub fn sync_threads() {
+            let launch = super::super::with_ctx(|c| c.launch.clone());
+            launch.barrier.wait();
+            super::super::with_ctx(|c| c.epoch += 1);
+        }
+        pub fn shfl_xor_f32(value: f32, mask: u32) -> f32 {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            launch.warp_slots[tid as usize].store(value.to_bits(), Ordering::Relaxed);
+            launch.warp_barriers[warp].wait();
+            let other = warp as u32 * 32 + (lane ^ mask);
+            let v = f32::from_bits(launch.warp_slots[other as usize].load(Ordering::Relaxed));
+            launch.warp_barriers[warp].wait();
+            v
+        }
+        pub unsafe fn st_shared_f32(addr: u32, value: f32) {
+            super::super::smem_write(addr, value.to_bits());
+        }
+        pub unsafe fn ld_shared_f32(addr: u32) -> f32 {
+            f32::from_bits(super::super::smem_read(addr))
+        }
+        pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
+            super::super::smem_read(addr)
+        }
+        pub unsafe fn ld_shared_v4_f32(addr: u32) -> [f32; 4] {
+            if !addr.is_multiple_of(16) {
+                super::super::fail(format!("unaligned 16-byte shared load at {addr}"));
+            }
+            let mut out = [0.0; 4];
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = f32::from_bits(super::super::smem_read(addr + 4 * k as u32));
+            }
+            out
+        }
+        pub unsafe fn st_shared_v4_f32(addr: u32, v: [f32; 4]) {
+            if !addr.is_multiple_of(16) {
+                super::super::fail(format!("unaligned 16-byte shared store at {addr}"));
+            }
+            for (k, x) in v.iter().enumerate() {
+                super::super::smem_write(addr + 4 * k as u32, x.to_bits());
+            }
+        }
+        pub fn opaque_u32(x: u32) -> u32 {
+            std::hint::black_box(x)
+        }
+    }
+}
+
+/// Emulated `crate::elem`: the real conversions, with every access bounds-checked.
+pub mod elem {
+    pub trait Elem: Copy {
+        const BYTES: u32;
+        unsafe fn load(base: u64, i: usize) -> f32;
+        unsafe fn store(base: u64, i: usize, value: f32);
+    }
+
+    #[derive(Clone, Copy)]
+    #[repr(transparent)]
+    pub struct Bf16(pub u16);
+
+    impl Elem for f32 {
+        const BYTES: u32 = 4;
+        unsafe fn load(base: u64, i: usize) -> f32 {
+            super::check_global(base, i, 4, false);
+            unsafe { *(base as *const f32).add(i) }
+        }
+        unsafe fn store(base: u64, i: usize, value: f32) {
+            super::check_global(base, i, 4, true);
+            unsafe { *(base as *mut f32).add(i) = value }
+        }
+    }
+
+    impl Elem for Bf16 {
+        const BYTES: u32 = 2;
+        unsafe fn load(base: u64, i: usize) -> f32 {
+            super::check_global(base, i, 2, false);
+            let bits = unsafe { *(base as *const u16).add(i) };
+            f32::from_bits((bits as u32) << 16)
+        }
+        unsafe fn store(base: u64, i: usize, value: f32) {
+            super::check_global(base, i, 2, true);
+            unsafe { *(base as *mut u16).add(i) = super::arch::float::to_bf16(value) }
+        }
+    }
+}
+
+// The device math as it is (not reformatted from here: the kernels crate has its own style).
+#[rustfmt::skip]
+#[allow(clippy::all)]
+#[path = "../../kernels/src/math.rs"]
+pub mod math;
+
+#[path = "../../kernels/src/frag.rs"]
+pub mod frag;
+
+/// A global buffer of a launch: (start address, length in bytes, name).
+pub type Buffer = (u64, u64, &'static str);
+
+/// Runs `body` on every block of the grid `(x, y)`, block after block, each as `threads` OS
+/// threads with `words` words of poisoned (NaN) shared memory; global accesses must fall inside
+/// `buffers`. Panics on a shared-memory race; aborts the process on any other emulation error.
+pub fn run_grid(
+    grid: (u32, u32),
+    threads: usize,
+    words: usize,
+    buffers: &[Buffer],
+    body: impl Fn() + Sync,
+) {
+    for by in 0..grid.1 {
+        for bx in 0..grid.0 {
+            let launch = Arc::new(Launch {
+                // Poison shared memory: the kernel must not read what it did not write.
+                smem: (0..words)
+                    .map(|_| AtomicU32::new(f32::NAN.to_bits()))
+                    .collect(),
+                writer: (0..words).map(|_| AtomicU64::new(0)).collect(),
+                reader: (0..words).map(|_| AtomicU64::new(0)).collect(),
+                barrier: Barrier::new(threads),
+                warp_slots: (0..threads).map(|_| AtomicU32::new(0)).collect(),
+                mma_slots: (0..6 * threads).map(|_| AtomicU32::new(0)).collect(),
+                warp_barriers: (0..threads / 32).map(|_| Barrier::new(32)).collect(),
+                buffers: buffers.to_vec(),
+                errors: Mutex::new(Vec::new()),
+                failed: AtomicBool::new(false),
+            });
+            let body = &body;
+            std::thread::scope(|s| {
+                for tid in 0..threads as u32 {
+                    let launch = launch.clone();
+                    std::thread::Builder::new()
+                        .stack_size(256 << 10)
+                        .spawn_scoped(s, move || {
+                            CTX.with(|c| {
+                                *c.borrow_mut() = Some(ThreadCtx {
+                                    tid,
+                                    block: (bx, by),
+                                    launch,
+                                    epoch: 1,
+                                })
+                            });
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+                            if r.is_err() {
+                                fail(format!("tid {tid} panicked"));
+                            }
+                        })
+                        .expect("spawning an emulated thread");
+                }
+            });
+            let errors = launch.errors.lock().unwrap();
+            if !errors.is_empty() {
+                panic!(
+                    "block ({bx},{by}): {} shared-memory races, first: {}",
+                    errors.len(),
+                    errors[0]
+                );
+            }
+        }
+    }
+}
