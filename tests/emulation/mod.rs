@@ -49,7 +49,9 @@ pub fn with_ctx<T>(f: impl FnOnce(&mut ThreadCtx) -> T) -> T {
 }
 
 pub fn fail(msg: String) -> ! {
-    eprintln!("EMULATION ERROR: {msg}");
+    // Straight to stderr: the test harness's output capture would lose the message at the abort.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "EMULATION ERROR: {msg}");
     // Other threads of the block wait at a barrier: stop the whole test process.
     std::process::abort();
 }
