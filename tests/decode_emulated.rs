@@ -16,7 +16,7 @@ use mamba3::golden::{
 };
 use mamba3_abi::{DecodeParams, DecodeSmem, DECODE_WARPS};
 
-use common::{angle_rel_err, rel_err};
+use common::{angle_rel_err, quantize, rel_err, round_act, round_f32};
 use emulation::{arch, elem, math, Buffer};
 
 #[path = "../kernels/src/warp_reduce.rs"]
@@ -93,51 +93,6 @@ impl Memory {
     }
 }
 
-fn round_act(v: &mut [f64], bf16: bool) {
-    for x in v.iter_mut() {
-        *x = if bf16 {
-            half::bf16::from_f64(*x).to_f64()
-        } else {
-            *x as f32 as f64
-        };
-    }
-}
-
-fn round_f32(v: &mut [f64]) {
-    v.iter_mut().for_each(|x| *x = *x as f32 as f64);
-}
-
-/// Rounds every input to what the device sees: activations (q, k, v, z, trap) to the activation
-/// dtype, everything else to f32.
-fn quantize(inp: &mut Mamba3Inputs, bf16: bool) {
-    for v in [&mut inp.q, &mut inp.k, &mut inp.v, &mut inp.trap] {
-        round_act(v, bf16);
-    }
-    if let Some(z) = inp.z.as_mut() {
-        round_act(z, bf16);
-    }
-    for v in [
-        &mut inp.dt,
-        &mut inp.adt,
-        &mut inp.angle_logits,
-        &mut inp.q_bias,
-        &mut inp.k_bias,
-        &mut inp.mimo_v,
-    ] {
-        round_f32(v);
-    }
-    for v in [inp.mimo_z.as_mut(), inp.mimo_o.as_mut(), inp.d.as_mut()]
-        .into_iter()
-        .flatten()
-    {
-        round_f32(v);
-    }
-    if let Some(n) = inp.norm.as_mut() {
-        round_f32(&mut n.weight);
-        n.eps = n.eps as f32 as f64;
-    }
-}
-
 /// Rounds a state to its device storage: θ reduced into [0, 2π) and f32, ssm f32, k and v in the
 /// activation dtype.
 fn quantize_state(s: &mut FinalStates, bf16: bool) {
@@ -145,8 +100,13 @@ fn quantize_state(s: &mut FinalStates, bf16: bool) {
         *t = t.rem_euclid(std::f64::consts::TAU) as f32 as f64;
     }
     round_f32(&mut s.ssm);
-    round_act(&mut s.k, bf16);
-    round_act(&mut s.v, bf16);
+    if bf16 {
+        round_act::<half::bf16>(&mut s.k);
+        round_act::<half::bf16>(&mut s.v);
+    } else {
+        round_act::<f32>(&mut s.k);
+        round_act::<f32>(&mut s.v);
+    }
 }
 
 /// One decode case: geometry, options, tokens of the call, dtype.
@@ -311,7 +271,11 @@ fn check(case: Case, seed: u64) -> Errors {
         has_d: case.has_d,
     };
     let mut all = Mamba3Inputs::random(geometry, options, seed).unwrap();
-    quantize(&mut all, case.bf16);
+    if case.bf16 {
+        quantize::<half::bf16>(&mut all);
+    } else {
+        quantize::<f32>(&mut all);
+    }
     let mut state = golden::forward_recurrent(&all.token_slice(0, PREFIX).unwrap())
         .unwrap()
         .final_states;

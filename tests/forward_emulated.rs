@@ -17,7 +17,7 @@ use mamba3::golden::{
 };
 use mamba3_abi::{ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS};
 
-use common::rel_err;
+use common::{geo, opts, rel_err};
 use emulation::{arch, elem, frag, math};
 
 #[path = "../kernels/src/angles.rs"]
@@ -267,38 +267,6 @@ struct Case {
     chunk: usize,
     opts: RandomOptions,
     bf16: bool,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn geo(
-    b: usize,
-    s: usize,
-    r: usize,
-    g: usize,
-    h: usize,
-    n: usize,
-    p: usize,
-    na: usize,
-) -> Mamba3Geometry {
-    Mamba3Geometry {
-        batch: b,
-        seq_len: s,
-        rank: r,
-        groups: g,
-        heads: h,
-        state_dim: n,
-        head_dim: p,
-        num_angles: na,
-    }
-}
-
-fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> RandomOptions {
-    RandomOptions {
-        rotation,
-        mode,
-        has_z,
-        has_d,
-    }
 }
 
 /// Runs `case` with and without the staging region; returns the worst error.

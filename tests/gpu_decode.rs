@@ -18,7 +18,7 @@ use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOpti
 use mamba3::{Activation, Dtype, Error, Gpu, OutputMode, Rotation};
 use proptest::prelude::*;
 
-use common::rel_err;
+use common::{quantize, rel_err, round_act, round_f32};
 
 fn angle_err(ours: &[f64], reference: &[f64]) -> f64 {
     ours.iter()
@@ -28,44 +28,6 @@ fn angle_err(ours: &[f64], reference: &[f64]) -> f64 {
             d.min(std::f64::consts::TAU - d)
         })
         .fold(0.0, f64::max)
-}
-
-fn round_act<X: Activation>(v: &mut [f64]) {
-    v.iter_mut().for_each(|x| *x = X::from_f64(*x).to_f64());
-}
-
-fn round_f32(v: &mut [f64]) {
-    v.iter_mut().for_each(|x| *x = *x as f32 as f64);
-}
-
-/// Rounds every input to what the device will see.
-fn quantize<X: Activation>(inp: &mut Mamba3Inputs) {
-    for v in [&mut inp.q, &mut inp.k, &mut inp.v, &mut inp.trap] {
-        round_act::<X>(v);
-    }
-    if let Some(z) = inp.z.as_mut() {
-        round_act::<X>(z);
-    }
-    for v in [
-        &mut inp.dt,
-        &mut inp.adt,
-        &mut inp.angle_logits,
-        &mut inp.q_bias,
-        &mut inp.k_bias,
-        &mut inp.mimo_v,
-    ] {
-        round_f32(v);
-    }
-    for v in [inp.mimo_z.as_mut(), inp.mimo_o.as_mut(), inp.d.as_mut()]
-        .into_iter()
-        .flatten()
-    {
-        round_f32(v);
-    }
-    if let Some(n) = inp.norm.as_mut() {
-        round_f32(&mut n.weight);
-        n.eps = n.eps as f32 as f64;
-    }
 }
 
 fn quantize_state<X: Activation>(s: &mut FinalStates) {

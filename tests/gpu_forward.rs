@@ -19,7 +19,7 @@ use mamba3::golden::{
 };
 use mamba3::{Error, Gpu};
 
-use common::{angle_rel_err, rel_err};
+use common::{angle_rel_err, geo, opts, quantize, rel_err};
 
 const F32_TOL: f64 = 2e-6;
 const BF16_TOL: f64 = 1e-2;
@@ -54,26 +54,8 @@ impl Errors {
 
 /// Rounds activations to `T` and everything else to f32, as the GPU will see them.
 fn round_inputs<T: Activation>(inp: &Mamba3Inputs) -> Mamba3Inputs {
-    let act = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| T::from_f64(v).to_f64()).collect() };
-    let f = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| v as f32 as f64).collect() };
     let mut out = inp.clone();
-    out.q = act(&inp.q);
-    out.k = act(&inp.k);
-    out.v = act(&inp.v);
-    out.z = inp.z.as_deref().map(act);
-    out.trap = act(&inp.trap);
-    out.dt = f(&inp.dt);
-    out.adt = f(&inp.adt);
-    out.angle_logits = f(&inp.angle_logits);
-    out.q_bias = f(&inp.q_bias);
-    out.k_bias = f(&inp.k_bias);
-    out.mimo_v = f(&inp.mimo_v);
-    out.mimo_z = inp.mimo_z.as_deref().map(f);
-    out.mimo_o = inp.mimo_o.as_deref().map(f);
-    out.d = inp.d.as_deref().map(f);
-    if let Some(n) = &mut out.norm {
-        n.weight = f(&n.weight);
-    }
+    quantize::<T>(&mut out);
     out
 }
 
@@ -256,38 +238,6 @@ fn check<T: Activation>(gpu: &Gpu, s: &Arc<CudaStream>, case: &Case, seed: u64) 
         e.out, e.theta, e.ssm, e.k, e.v
     );
     e
-}
-
-#[allow(clippy::too_many_arguments)]
-fn geo(
-    b: usize,
-    s: usize,
-    r: usize,
-    g: usize,
-    h: usize,
-    n: usize,
-    p: usize,
-    na: usize,
-) -> Mamba3Geometry {
-    Mamba3Geometry {
-        batch: b,
-        seq_len: s,
-        rank: r,
-        groups: g,
-        heads: h,
-        state_dim: n,
-        head_dim: p,
-        num_angles: na,
-    }
-}
-
-fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> RandomOptions {
-    RandomOptions {
-        rotation,
-        mode,
-        has_z,
-        has_d,
-    }
 }
 
 /// Upstream's 11 dense geometries (spec §8): B=2, S=2048, H=16, G=1, Na=N/4, z and D, gated;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use mamba3::golden::{
     Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, RmsNormWeight, Rotation,
 };
-use mamba3::Gpu;
+use mamba3::{Activation, Gpu};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use safetensors::{Dtype, SafeTensors};
@@ -328,4 +328,81 @@ macro_rules! gpu_or_skip {
             None => return,
         }
     };
+}
+
+// --- Rounding to what the device sees, geometry builders ---
+
+/// Rounds every element to the activation type `X` and back.
+pub fn round_act<X: Activation>(v: &mut [f64]) {
+    v.iter_mut().for_each(|x| *x = X::from_f64(*x).to_f64());
+}
+
+/// Rounds every element to f32 and back.
+pub fn round_f32(v: &mut [f64]) {
+    v.iter_mut().for_each(|x| *x = *x as f32 as f64);
+}
+
+/// Rounds every input to what the device sees: activations (q, k, v, z, trap) to `X`, everything
+/// else (and the norm epsilon) to f32.
+pub fn quantize<X: Activation>(inp: &mut Mamba3Inputs) {
+    for v in [&mut inp.q, &mut inp.k, &mut inp.v, &mut inp.trap] {
+        round_act::<X>(v);
+    }
+    if let Some(z) = inp.z.as_mut() {
+        round_act::<X>(z);
+    }
+    for v in [
+        &mut inp.dt,
+        &mut inp.adt,
+        &mut inp.angle_logits,
+        &mut inp.q_bias,
+        &mut inp.k_bias,
+        &mut inp.mimo_v,
+    ] {
+        round_f32(v);
+    }
+    for v in [inp.mimo_z.as_mut(), inp.mimo_o.as_mut(), inp.d.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        round_f32(v);
+    }
+    if let Some(n) = inp.norm.as_mut() {
+        round_f32(&mut n.weight);
+        n.eps = n.eps as f32 as f64;
+    }
+}
+
+/// A geometry from its letters in the order B, S, R, G, H, N, P, Na.
+#[allow(clippy::too_many_arguments)]
+pub fn geo(
+    b: usize,
+    s: usize,
+    r: usize,
+    g: usize,
+    h: usize,
+    n: usize,
+    p: usize,
+    na: usize,
+) -> Mamba3Geometry {
+    Mamba3Geometry {
+        batch: b,
+        seq_len: s,
+        rank: r,
+        groups: g,
+        heads: h,
+        state_dim: n,
+        head_dim: p,
+        num_angles: na,
+    }
+}
+
+/// Random-input options.
+pub fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> RandomOptions {
+    RandomOptions {
+        rotation,
+        mode,
+        has_z,
+        has_d,
+    }
 }
