@@ -385,6 +385,22 @@ impl<X: Activation> DecodeState<X> {
     }
 }
 
+/// An optional tensor that must be given exactly when `required`: errors name the argument and
+/// say why (`need` when missing, `forbid` when given but not taken).
+fn presence<'a, T>(
+    arg: &'static str,
+    tensor: Option<&'a CudaSlice<T>>,
+    required: bool,
+    need: &str,
+    forbid: &str,
+) -> Result<Option<&'a CudaSlice<T>>> {
+    match (required, tensor) {
+        (true, None) => Err(Error::invalid(arg, "None", need)),
+        (false, Some(_)) => Err(Error::invalid(arg, "Some", forbid)),
+        (_, tensor) => Ok(tensor),
+    }
+}
+
 /// Checks every tensor of a `tokens`-token call against the config (before any launch).
 fn validate_call<X: Activation>(
     c: &DecodeConfig,
@@ -422,96 +438,49 @@ fn validate_call<X: Activation>(
     expect_len("q_bias", weights.q_bias.len(), h * r * n, "(H,R,N)")?;
     expect_len("k_bias", weights.k_bias.len(), h * r * n, "(H,R,N)")?;
     expect_len("mimo_v", weights.mimo_v.len(), h * r * p, "(H,R,P)")?;
-    match (c.has_z, inputs.z, weights.mimo_z) {
-        (true, Some(z), Some(mz)) => {
-            expect_len("z", z.len(), b * tokens * h * p, "(B,T,H,P)")?;
-            expect_len("mimo_z", mz.len(), h * r * p, "(H,R,P)")?;
-        }
-        (true, None, _) => {
-            return Err(Error::invalid(
-                "z",
-                "None",
-                "config.has_z is true: z is required",
-            ))
-        }
-        (true, _, None) => {
-            return Err(Error::invalid(
-                "mimo_z",
-                "None",
-                "config.has_z is true: mimo_z is required",
-            ))
-        }
-        (false, Some(_), _) => {
-            return Err(Error::invalid(
-                "z",
-                "Some",
-                "config.has_z is false: pass None",
-            ))
-        }
-        (false, _, Some(_)) => {
-            return Err(Error::invalid(
-                "mimo_z",
-                "Some",
-                "config.has_z is false: pass None",
-            ))
-        }
-        (false, None, None) => {}
+    let prereduce = c.mode == OutputMode::Prereduce;
+    let fused_norm = c.mode == OutputMode::FusedNorm;
+    let z_need = "config.has_z is true: z is required";
+    let z_forbid = "config.has_z is false: pass None";
+    if let Some(z) = presence("z", inputs.z, c.has_z, z_need, z_forbid)? {
+        expect_len("z", z.len(), b * tokens * h * p, "(B,T,H,P)")?;
     }
-    match (c.has_d, weights.d) {
-        (true, Some(d)) => expect_len("d", d.len(), h, "(H)")?,
-        (true, None) => {
-            return Err(Error::invalid(
-                "d",
-                "None",
-                "config.has_d is true: D is required",
-            ))
-        }
-        (false, Some(_)) => {
-            return Err(Error::invalid(
-                "d",
-                "Some",
-                "config.has_d is false: pass None",
-            ))
-        }
-        (false, None) => {}
+    let mz_need = "config.has_z is true: mimo_z is required";
+    if let Some(mz) = presence("mimo_z", weights.mimo_z, c.has_z, mz_need, z_forbid)? {
+        expect_len("mimo_z", mz.len(), h * r * p, "(H,R,P)")?;
     }
-    match (c.mode, weights.mimo_o) {
-        (OutputMode::Prereduce, Some(_)) => {
-            return Err(Error::invalid(
-                "mimo_o",
-                "Some",
-                "prereduce mode takes no mimo_o",
-            ));
-        }
-        (OutputMode::Gated | OutputMode::FusedNorm, None) => {
-            return Err(Error::invalid(
-                "mimo_o",
-                "None",
-                "gated and fused-norm modes need mimo_o",
-            ));
-        }
-        (_, Some(o)) => expect_len("mimo_o", o.len(), h * r * p, "(H,R,P)")?,
-        (OutputMode::Prereduce, None) => {}
+    let d_need = "config.has_d is true: D is required";
+    if let Some(d) = presence(
+        "d",
+        weights.d,
+        c.has_d,
+        d_need,
+        "config.has_d is false: pass None",
+    )? {
+        expect_len("d", d.len(), h, "(H)")?;
     }
-    match (c.mode, weights.norm_weight) {
-        (OutputMode::FusedNorm, Some(w)) => expect_len("norm_weight", w.len(), h * p, "(H,P)")?,
-        (OutputMode::FusedNorm, None) => {
-            return Err(Error::invalid(
-                "norm_weight",
-                "None",
-                "fused-norm mode needs the norm weight",
-            ));
-        }
-        (_, Some(_)) => {
-            return Err(Error::invalid(
-                "norm_weight",
-                "Some",
-                "only fused-norm mode takes a norm weight",
-            ))
-        }
-        (_, None) => {}
+    let o_need = "gated and fused-norm modes need mimo_o";
+    if let Some(o) = presence(
+        "mimo_o",
+        weights.mimo_o,
+        !prereduce,
+        o_need,
+        "prereduce mode takes no mimo_o",
+    )? {
+        expect_len("mimo_o", o.len(), h * r * p, "(H,R,P)")?;
     }
-    let shape = if c.mode == OutputMode::Prereduce {
+    let w_need = "fused-norm mode needs the norm weight";
+    let w_forbid = "only fused-norm mode takes a norm weight";
+    if let Some(w) = presence(
+        "norm_weight",
+        weights.norm_weight,
+        fused_norm,
+        w_need,
+        w_forbid,
+    )? {
+        expect_len("norm_weight", w.len(), h * p, "(H,P)")?;
+    }
+    let shape = if prereduce {
         "(B,T,R,H,P)"
     } else {
         "(B,T,H,P)"
