@@ -205,6 +205,17 @@ pub struct LaunchBounds {
 
 /// Launch bounds of every kernel family that declares them (first matching row wins).
 pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
+    // The forward's segment-state pass: one block per SM is the shared-memory limit anyway.
+    LaunchBounds {
+        prefix: "segment_state_",
+        max_threads: FORWARD_THREADS,
+        min_blocks_per_sm: 1,
+    },
+    LaunchBounds {
+        prefix: "segment_combine",
+        max_threads: SEGMENT_COMBINE_THREADS,
+        min_blocks_per_sm: 1,
+    },
     // Decode at one token is bound by each block's chain of dependent loads, so throughput comes
     // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs three (≤ 168).
     LaunchBounds {
@@ -306,6 +317,59 @@ pub struct ForwardParams {
     /// 1 when the dynamic shared memory also holds the staging region of [`ForwardStage`] (raw
     /// q, k, v of the next chunk, copied while the current one computes), 0 when it does not fit.
     pub staged: u32,
+    /// Sequence segments K per (b, h) row: grid y is `B·K`, block y covers batch row `y / K` and
+    /// segment `y % K`, the chunks `[s·seg_chunks, (s+1)·seg_chunks)` of the sequence. 1 (or 0):
+    /// one block walks the whole sequence from a zero state (no hand-off buffers).
+    pub segments: u32,
+    /// Chunks per segment (used when `segments > 1`).
+    pub seg_chunks: u32,
+    /// Segment hand-off states `(B,H,K−1,P,N)` f32 (when `segments > 1`): the segment-state pass
+    /// writes segment s's end state from a zero start in its local angle frame into slot s;
+    /// [`SegmentCombineParams`]'s pass turns slot s into the true state at the end of segment s,
+    /// which the forward's segment s+1 starts from.
+    pub seg_state: u64,
+    /// Segment angle totals `(B,H,K−1,Na)` f64 (two f32 words each, low first), reduced into
+    /// [0, 2π): the local total of segment s, then (after the combine pass) the true θ at its end.
+    pub seg_theta: u64,
+    /// Segment decays `(B,H,K−1)` f32: the product of segment s's chunk decays `exp(A_last)`.
+    pub seg_decay: u64,
+}
+
+/// Threads per block of the segment combine kernel.
+pub const SEGMENT_COMBINE_THREADS: u32 = 256;
+
+/// Parameters of the segment combine pass (one block per (head, batch row), grid `(H, B)`,
+/// [`SEGMENT_COMBINE_THREADS`] threads, dynamic shared memory
+/// [`segment_combine_smem_bytes`]`(K, Na)`): walks the K−1 hand-off slots of [`ForwardParams`] in
+/// order, `S_end(s) = decay(s)·S_end(s−1) + Rot(θ_end(s−1))·S_local(s)` and
+/// `θ_end(s) = θ_end(s−1) + θ_local(s)` (mod 2π), in place.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SegmentCombineParams {
+    /// [`ForwardParams::seg_state`].
+    pub seg_state: u64,
+    /// [`ForwardParams::seg_theta`].
+    pub seg_theta: u64,
+    /// [`ForwardParams::seg_decay`].
+    pub seg_decay: u64,
+    /// Value heads H.
+    pub heads: u32,
+    /// Segments K (≥ 2; the buffers hold K−1 slots per row).
+    pub segments: u32,
+    /// State size N (even).
+    pub n: u32,
+    /// Head dim P.
+    pub p: u32,
+    /// Rotary angles Na.
+    pub na: u32,
+    /// One of [`rotation`].
+    pub rotation: u32,
+}
+
+/// Dynamic shared memory of the segment combine kernel: `cos`, `sin` of every slot's start angle,
+/// `(K−1, Na)` f32 each.
+pub const fn segment_combine_smem_bytes(segments: u32, na: u32) -> u32 {
+    8 * segments.saturating_sub(1) * na
 }
 
 /// The forward kernel pads the chunk to a multiple of this many time steps for rank `r`, so that

@@ -2,9 +2,18 @@
 //!
 //! One call runs the whole forward from a zero state: cumulative angles, rotary + bias, the
 //! chunked SSD recurrence, D skip, gate / fused RMSNorm / rank contraction (or prereduce), and,
-//! when asked, the decode hand-off states. It is one kernel launch ([`dispatch_paths`] names it):
-//! the cumulative angles are formed inside the kernel, chunk by chunk, so no scratch buffer or
-//! workspace is needed.
+//! when asked, the decode hand-off states. [`forward`] is one kernel launch ([`dispatch_paths`]
+//! names it): one block per (head, batch row) walks the chunks, forming the cumulative angles
+//! itself, so it needs no workspace.
+//!
+//! When the (head, batch) rows do not fill the GPU (B·H below the SM count),
+//! [`forward_with_workspace`] splits each sequence into [`sequence_segments`] segments of whole
+//! chunks (spec performance.md §3.3): a segment-state pass computes every segment's end state
+//! from a zero start, a combine pass chains them in order (decay, and the rotation that moves a
+//! segment's local angle frame to the true one), and the forward then runs every segment from its
+//! true start state. The caller supplies the hand-off buffer ([`workspace_len`] f32 elements);
+//! [`dispatch_paths_with_workspace`] names the three kernels. Same results as [`forward`] to f32
+//! rounding, deterministic (no atomics).
 //!
 //! * [`ForwardConfig`]: sizes, chunk size, activation dtype, rotation, output mode, options.
 //! * [`validate`]: every rule, as a pure function of the config and the buffer lengths
@@ -48,7 +57,10 @@ use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
     LaunchConfig, SyncOnDrop,
 };
-use mamba3_abi::{forward_smem_bytes, forward_stage_bytes, ForwardParams, FORWARD_THREADS};
+use mamba3_abi::{
+    forward_smem_bytes, forward_stage_bytes, segment_combine_smem_bytes, ForwardParams,
+    SegmentCombineParams, FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
+};
 
 use crate::config::{OutputMode, Rotation};
 use crate::device::Gpu;
@@ -445,6 +457,21 @@ pub fn kernel_for(dtype: Dtype, rank: usize) -> Option<Kernel> {
     })
 }
 
+/// The segment-state kernel of the split forward for an activation dtype and rank, if any.
+pub fn segment_state_kernel_for(dtype: Dtype, rank: usize) -> Option<Kernel> {
+    Some(match (dtype, rank) {
+        (Dtype::F32, 1) => Kernel::SegmentStateF32R1,
+        (Dtype::F32, 2) => Kernel::SegmentStateF32R2,
+        (Dtype::F32, 4) => Kernel::SegmentStateF32R4,
+        (Dtype::F32, 8) => Kernel::SegmentStateF32R8,
+        (Dtype::Bf16, 1) => Kernel::SegmentStateBf16R1,
+        (Dtype::Bf16, 2) => Kernel::SegmentStateBf16R2,
+        (Dtype::Bf16, 4) => Kernel::SegmentStateBf16R4,
+        (Dtype::Bf16, 8) => Kernel::SegmentStateBf16R8,
+        _ => return None,
+    })
+}
+
 /// The kernels (PTX symbols, in launch order) that [`forward`] runs for `config`; empty when the
 /// config is invalid.
 pub fn dispatch_paths(config: &ForwardConfig) -> Vec<&'static str> {
@@ -454,6 +481,73 @@ pub fn dispatch_paths(config: &ForwardConfig) -> Vec<&'static str> {
     kernel_for(config.dtype, config.rank)
         .map(|k| vec![k.symbol()])
         .unwrap_or_default()
+}
+
+/// Most segments one (head, batch) row is split into.
+pub const MAX_SEGMENTS: usize = 64;
+
+/// Fewest chunks per segment: shorter segments would spend more on the hand-off than they gain.
+pub const MIN_SEGMENT_CHUNKS: usize = 2;
+
+/// Segments K per (head, batch) row that [`forward_with_workspace`] uses on a GPU with
+/// `sm_count` SMs: 1 (no split) when B·H rows already fill the SMs, else as many as fit one wave
+/// of one block per SM (`⌊sm_count / (B·H)⌋`), at most [`MAX_SEGMENTS`] and at least
+/// [`MIN_SEGMENT_CHUNKS`] chunks each; every segment holds whole chunks and none is empty.
+/// 1 for an invalid config.
+pub fn sequence_segments(config: &ForwardConfig, sm_count: usize) -> usize {
+    if validate_config(config).is_err() {
+        return 1;
+    }
+    let rows = config.batch.saturating_mul(config.heads);
+    let chunks = config.seq_len.div_ceil(config.chunk_size);
+    let wanted = (sm_count / rows)
+        .min(MAX_SEGMENTS)
+        .min(chunks / MIN_SEGMENT_CHUNKS);
+    if wanted <= 1 {
+        return 1;
+    }
+    let per = chunks.div_ceil(wanted);
+    chunks.div_ceil(per)
+}
+
+/// Elements per hand-off slot: state `P·N`, θ `2·Na` words (f64), decay 1.
+fn slot_parts(config: &ForwardConfig) -> (usize, usize, usize) {
+    (
+        config.head_dim.saturating_mul(config.state_dim),
+        2 * config.num_angles,
+        1,
+    )
+}
+
+/// f32 elements of the workspace [`forward_with_workspace`] needs for `config` on a GPU with
+/// `sm_count` SMs (0 when it does not split: any buffer, even an empty one, will do).
+pub fn workspace_len(config: &ForwardConfig, sm_count: usize) -> usize {
+    let k = sequence_segments(config, sm_count);
+    if k <= 1 {
+        return 0;
+    }
+    let (st, th, dc) = slot_parts(config);
+    (k - 1)
+        .saturating_mul(config.batch)
+        .saturating_mul(config.heads)
+        .saturating_mul(st.saturating_add(th).saturating_add(dc))
+}
+
+/// The kernels (PTX symbols, in launch order) that [`forward_with_workspace`] runs for `config`
+/// on a GPU with `sm_count` SMs; empty when the config is invalid.
+pub fn dispatch_paths_with_workspace(config: &ForwardConfig, sm_count: usize) -> Vec<&'static str> {
+    let single = dispatch_paths(config);
+    if single.is_empty() || sequence_segments(config, sm_count) <= 1 {
+        return single;
+    }
+    match segment_state_kernel_for(config.dtype, config.rank) {
+        Some(k) => vec![
+            k.symbol(),
+            Kernel::SegmentCombineF32.symbol(),
+            single[0],
+        ],
+        None => Vec::new(),
+    }
 }
 
 /// The inputs of one call, as device views (`T`: the activation type). Views of a
@@ -548,6 +642,14 @@ struct Args(ForwardParams);
 // kernel declares for its single parameter.
 unsafe impl DeviceRepr for Args {}
 
+/// Launch argument of the combine pass.
+#[repr(transparent)]
+struct CombineArgs(SegmentCombineParams);
+
+// SAFETY: `SegmentCombineParams` is `#[repr(C)]` plain data (u64, u32 fields), the layout the
+// combine kernel declares for its single parameter.
+unsafe impl DeviceRepr for CombineArgs {}
+
 /// A device address range `[start, end)` with the argument it belongs to.
 type Range = (u64, u64, &'static str);
 
@@ -579,6 +681,38 @@ pub fn forward<T: Activation>(
     inputs: &ForwardInputs<'_, T>,
     out: &mut CudaViewMut<'_, T>,
     states: Option<&mut FinalStatesMut<'_, T>>,
+) -> Result<()> {
+    forward_impl(gpu, stream, config, inputs, out, states, None)
+}
+
+/// [`forward`] with the sequence split into [`sequence_segments`] segments when B·H leaves SMs
+/// idle (three launches, see the module docs; one launch, as [`forward`], otherwise). `workspace`
+/// holds the segment hand-off states: at least [`workspace_len`]`(config, gpu.sm_count())` f32
+/// elements, not overlapping any other buffer; its contents need no initialization and are
+/// scratch afterwards. Never allocates and never synchronizes.
+///
+/// Errors: those of [`forward`], and [`Error::InvalidArgument`] naming `workspace` when it is too
+/// small or overlaps another buffer.
+pub fn forward_with_workspace<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    out: &mut CudaViewMut<'_, T>,
+    states: Option<&mut FinalStatesMut<'_, T>>,
+    workspace: &mut CudaViewMut<'_, f32>,
+) -> Result<()> {
+    forward_impl(gpu, stream, config, inputs, out, states, Some(workspace))
+}
+
+fn forward_impl<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    out: &mut CudaViewMut<'_, T>,
+    states: Option<&mut FinalStatesMut<'_, T>>,
+    workspace: Option<&mut CudaViewMut<'_, f32>>,
 ) -> Result<()> {
     if T::DTYPE != config.dtype {
         return Err(Error::invalid(
@@ -697,28 +831,88 @@ pub fn forward<T: Activation>(
         params.final_v = p;
         out_guards.push(g);
     }
+    let segments = match workspace {
+        Some(_) => sequence_segments(config, gpu.sm_count()),
+        None => 1,
+    };
+    if let (Some(ws), true) = (workspace, segments > 1) {
+        let need = workspace_len(config, gpu.sm_count());
+        if ws.len() < need {
+            return Err(Error::invalid(
+                "workspace",
+                format!("{} elements", ws.len()),
+                format!("must hold at least workspace_len = {need} f32 elements"),
+            ));
+        }
+        let (p, g) = ws.device_ptr_mut(stream);
+        outputs.push((p, p + 4 * need as u64, "workspace"));
+        out_guards.push(g);
+        let slots = (segments - 1) * config.batch * config.heads;
+        let (st, th, _) = slot_parts(config);
+        params.segments = segments as u32;
+        params.seg_chunks = config.seq_len.div_ceil(config.chunk_size).div_ceil(segments) as u32;
+        params.seg_state = p;
+        params.seg_theta = p + 4 * (slots * st) as u64;
+        params.seg_decay = p + 4 * (slots * (st + th)) as u64;
+    }
     let all: Vec<Range> = inputs_ranges.iter().chain(&outputs).copied().collect();
     overlap_check(&outputs, &all)?;
 
     let cfg = LaunchConfig {
-        grid_dim: (config.heads as u32, config.batch as u32, 1),
+        grid_dim: (config.heads as u32, (config.batch * segments) as u32, 1),
         block_dim: (FORWARD_THREADS, 1, 1),
         shared_mem_bytes: smem,
     };
     let args = Args(params);
-    let mut launch = gpu.launch(stream, kernel)?;
-    launch.arg(&args);
-    // SAFETY: one by-value `ForwardParams` is the kernel's parameter list; every pointer was
-    // checked against its documented shape by `validate`, outputs do not overlap anything, and
-    // the guards keep the buffers' event tracking alive until the launch is enqueued.
-    let result = unsafe { launch.run(cfg) };
+    let result = (|| {
+        if segments > 1 {
+            let pass1 = segment_state_kernel_for(config.dtype, config.rank)
+                .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
+            let mut launch = gpu.launch(stream, pass1)?;
+            launch.arg(&args);
+            // SAFETY: as for the forward launch below; the segment-state pass takes the same
+            // parameters and writes only hand-off slots 0..K−1 of the checked workspace.
+            unsafe { launch.run(cfg) }?;
+            let combine = CombineArgs(SegmentCombineParams {
+                seg_state: params.seg_state,
+                seg_theta: params.seg_theta,
+                seg_decay: params.seg_decay,
+                heads: config.heads as u32,
+                segments: segments as u32,
+                n: config.state_dim as u32,
+                p: config.head_dim as u32,
+                na: config.num_angles as u32,
+                rotation: config.rotation.code(),
+            });
+            let combine_cfg = LaunchConfig {
+                grid_dim: (config.heads as u32, config.batch as u32, 1),
+                block_dim: (SEGMENT_COMBINE_THREADS, 1, 1),
+                shared_mem_bytes: segment_combine_smem_bytes(
+                    segments as u32,
+                    config.num_angles as u32,
+                ),
+            };
+            let mut launch = gpu.launch(stream, Kernel::SegmentCombineF32)?;
+            launch.arg(&combine);
+            // SAFETY: one by-value `SegmentCombineParams`, the kernel's parameter list; its
+            // pointers are the (B,H,K−1,…) hand-off regions inside the checked workspace.
+            unsafe { launch.run(combine_cfg) }?;
+        }
+        let mut launch = gpu.launch(stream, kernel)?;
+        launch.arg(&args);
+        // SAFETY: one by-value `ForwardParams` is the kernel's parameter list; every pointer was
+        // checked against its documented shape by `validate`, outputs (and the workspace) do not
+        // overlap anything, and the guards keep the buffers' event tracking alive until the
+        // launch is enqueued.
+        unsafe { launch.run(cfg) }
+    })();
     drop(out_guards);
     drop(guards);
     result
 }
 
-/// [`forward`] with the output (and, with `with_states`, the final states) allocated on
-/// `stream`. Allocates; never synchronizes.
+/// [`forward_with_workspace`] with the output (and, with `with_states`, the final states) and the
+/// workspace allocated on `stream`. Allocates; never synchronizes.
 pub fn forward_alloc<T: Activation>(
     gpu: &Gpu,
     stream: &std::sync::Arc<CudaStream>,
@@ -757,7 +951,19 @@ pub fn forward_alloc<T: Activation>(
             k: s.k.as_view_mut(),
             v: s.v.as_view_mut(),
         });
-        forward(gpu, stream, config, inputs, &mut out_view, views.as_mut())?;
+        let ws_len = workspace_len(config, gpu.sm_count());
+        let mut workspace = stream
+            .alloc_zeros::<f32>(ws_len.max(1))
+            .map_err(Error::driver("allocating the forward workspace"))?;
+        forward_with_workspace(
+            gpu,
+            stream,
+            config,
+            inputs,
+            &mut out_view,
+            views.as_mut(),
+            &mut workspace.as_view_mut(),
+        )?;
     }
     Ok((out, states))
 }

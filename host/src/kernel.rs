@@ -49,11 +49,29 @@ pub enum Kernel {
     ForwardFmaBf16R4,
     /// Chunked forward, FMA path, bf16 activations, rank 8.
     ForwardFmaBf16R8,
+    /// Segment-state pass of the split forward, f32 activations, rank 1.
+    SegmentStateF32R1,
+    /// Segment-state pass of the split forward, f32 activations, rank 2.
+    SegmentStateF32R2,
+    /// Segment-state pass of the split forward, f32 activations, rank 4.
+    SegmentStateF32R4,
+    /// Segment-state pass of the split forward, f32 activations, rank 8.
+    SegmentStateF32R8,
+    /// Segment-state pass of the split forward, bf16 activations, rank 1.
+    SegmentStateBf16R1,
+    /// Segment-state pass of the split forward, bf16 activations, rank 2.
+    SegmentStateBf16R2,
+    /// Segment-state pass of the split forward, bf16 activations, rank 4.
+    SegmentStateBf16R4,
+    /// Segment-state pass of the split forward, bf16 activations, rank 8.
+    SegmentStateBf16R8,
+    /// Combine pass of the split forward (segment hand-off states, f32).
+    SegmentCombineF32,
 }
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 22] = [
+    pub const ALL: [Kernel; 31] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -76,6 +94,15 @@ impl Kernel {
         Kernel::ForwardFmaBf16R2,
         Kernel::ForwardFmaBf16R4,
         Kernel::ForwardFmaBf16R8,
+        Kernel::SegmentStateF32R1,
+        Kernel::SegmentStateF32R2,
+        Kernel::SegmentStateF32R4,
+        Kernel::SegmentStateF32R8,
+        Kernel::SegmentStateBf16R1,
+        Kernel::SegmentStateBf16R2,
+        Kernel::SegmentStateBf16R4,
+        Kernel::SegmentStateBf16R8,
+        Kernel::SegmentCombineF32,
     ];
 
     /// Its symbol in the PTX (`.entry` name).
@@ -103,6 +130,15 @@ impl Kernel {
             Kernel::ForwardFmaBf16R2 => "forward_fma_bf16_r2",
             Kernel::ForwardFmaBf16R4 => "forward_fma_bf16_r4",
             Kernel::ForwardFmaBf16R8 => "forward_fma_bf16_r8",
+            Kernel::SegmentStateF32R1 => "segment_state_f32_r1",
+            Kernel::SegmentStateF32R2 => "segment_state_f32_r2",
+            Kernel::SegmentStateF32R4 => "segment_state_f32_r4",
+            Kernel::SegmentStateF32R8 => "segment_state_f32_r8",
+            Kernel::SegmentStateBf16R1 => "segment_state_bf16_r1",
+            Kernel::SegmentStateBf16R2 => "segment_state_bf16_r2",
+            Kernel::SegmentStateBf16R4 => "segment_state_bf16_r4",
+            Kernel::SegmentStateBf16R8 => "segment_state_bf16_r8",
+            Kernel::SegmentCombineF32 => "segment_combine_f32",
         }
     }
 

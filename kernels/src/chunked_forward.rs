@@ -331,7 +331,11 @@ unsafe fn x_from_stage<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx, l
 /// Phase B's q̂ and k̂ from the staging region: one warp per row ρ, lanes along the rotation
 /// pairs (same arithmetic as the unstaged loop of [`phase_stage_qk`]).
 #[inline(always)]
-unsafe fn qk_from_stage<const R: usize, X: Elem>(prm: &ForwardParams, cx: &Ctx, len: u32) {
+unsafe fn qk_from_stage<const R: usize, X: Elem, const Q: bool>(
+    prm: &ForwardParams,
+    cx: &Ctx,
+    len: u32,
+) {
     let lay = &cx.lay;
     let half = cx.n / 2;
     let pairs = lay.n4 / 2;
@@ -359,8 +363,10 @@ unsafe fn qk_from_stage<const R: usize, X: Elem>(prm: &ForwardParams, cx: &Ctx, 
                 };
                 let (mut qa, mut qb, mut ka, mut kb) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
                 if i < len && j < half {
-                    qa = ld_raw::<X>(q_row, ia) + ldg(prm.q_bias, bias + ia as usize);
-                    qb = ld_raw::<X>(q_row, ib) + ldg(prm.q_bias, bias + ib as usize);
+                    if Q {
+                        qa = ld_raw::<X>(q_row, ia) + ldg(prm.q_bias, bias + ia as usize);
+                        qb = ld_raw::<X>(q_row, ib) + ldg(prm.q_bias, bias + ib as usize);
+                    }
                     ka = ld_raw::<X>(k_row, ia) + ldg(prm.k_bias, bias + ia as usize);
                     kb = ld_raw::<X>(k_row, ib) + ldg(prm.k_bias, bias + ib as usize);
                     if j < cx.na {
@@ -373,8 +379,10 @@ unsafe fn qk_from_stage<const R: usize, X: Elem>(prm: &ForwardParams, cx: &Ctx, 
                         kb = k0 * s + kb * c;
                     }
                 }
-                st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
-                st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
+                if Q {
+                    st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
+                    st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
+                }
                 st_shared_f32(cx.sm(lay.k, rho * ns + ia), ka);
                 st_shared_f32(cx.sm(lay.k, rho * ns + ib), kb);
                 j += 32;
@@ -521,9 +529,10 @@ unsafe fn phase_angle_prefix_store(cx: &Ctx, len: u32, theta: [f64; ANGLE_ITEMS]
 }
 
 /// Phase B: q̂ and k̂ (bias added, then rotated), zero in padding rows and columns; the score
-/// weights per pair of times.
+/// weights per pair of times. Without `Q` (the segment-state pass, which needs only k̂ for the
+/// state) the row-wise staged path skips q̂ and the score weights.
 #[inline(always)]
-unsafe fn phase_stage_qk<X: Elem, const R: usize>(
+unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
     prm: &ForwardParams,
     cx: &Ctx,
     c0: usize,
@@ -539,7 +548,7 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
         // Four (row, pair) items per step with their loads issued together (invalid ones read
         // element 0 and are discarded).
         let total = if cx.staged && row_staging::<R>() {
-            qk_from_stage::<R, X>(prm, cx, len);
+            qk_from_stage::<R, X, Q>(prm, cx, len);
             0
         } else {
             lay.rows * pairs
@@ -633,7 +642,7 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize>(
         }
         // Score weights per (time, earlier time): c_{i'}·exp(A_i − A_{i'}), γ_i on the diagonal.
         let cp = lay.cp;
-        let mut e = cx.tid;
+        let mut e = if Q { cx.tid } else { cp * cp };
         while e < cp * cp {
             let i = e / cp;
             let i2 = e - i * cp;
@@ -1302,16 +1311,117 @@ unsafe fn write_final_states<X: Elem, const R: usize>(
     }
 }
 
-/// The chunked forward body for activation type `X` and rank `R`.
+/// The chunked forward body for activation type `X` and rank `R` (the forward pass proper; see
+/// [`chunked_forward_pass`]).
 ///
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
 pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_pass::<X, R, false>(prm) }
+}
+
+/// Loads this block's start state and angle carry from hand-off slot `slot` (see
+/// [`ForwardParams::seg_state`]); padding columns and rows of the state stay zero.
+#[inline(always)]
+unsafe fn load_segment_start(prm: &ForwardParams, cx: &Ctx, slot: usize) {
+    let lay = &cx.lay;
+    let (n, p) = (cx.n as usize, cx.p as usize);
+    let slots = prm.segments as usize - 1;
+    let row = (cx.b * cx.heads + cx.h) * slots + slot;
+    // SAFETY (whole body): slot < K−1, and every index below lies inside the (B,H,K−1,…)
+    // hand-off buffers of the launch contract and the state / θ regions of the layout.
+    unsafe {
+        let mut e = cx.tid;
+        while e < lay.p4 * lay.n_stride {
+            let pp = e / lay.n_stride;
+            let nn = e - pp * lay.n_stride;
+            let v = if pp < cx.p && nn < cx.n {
+                ldg(prm.seg_state, (row * p + pp as usize) * n + nn as usize)
+            } else {
+                0.0
+            };
+            st_shared_f32(cx.sm(lay.state, e), v);
+            e += T;
+        }
+        let mut j = cx.tid;
+        while j < 2 * cx.na {
+            let w = ldg(prm.seg_theta, row * 2 * cx.na as usize + j as usize);
+            st_shared_f32(cx.sm(lay.theta, j), w);
+            j += T;
+        }
+    }
+}
+
+/// Writes this block's segment end state, angle total and decay into hand-off slot `slot` (the
+/// segment-state pass).
+#[inline(always)]
+unsafe fn store_segment_end(prm: &ForwardParams, cx: &Ctx, slot: usize, decay: f32) {
+    let lay = &cx.lay;
+    let (n, p) = (cx.n as usize, cx.p as usize);
+    let slots = prm.segments as usize - 1;
+    let row = (cx.b * cx.heads + cx.h) * slots + slot;
+    // SAFETY (whole body): as in `load_segment_start`.
+    unsafe {
+        let mut e = cx.tid;
+        while e < cx.p * cx.n {
+            let pp = e / cx.n;
+            let nn = e - pp * cx.n;
+            let v = ld_shared_f32(cx.sm(lay.state, pp * lay.n_stride + nn));
+            stg(prm.seg_state, (row * p + pp as usize) * n + nn as usize, v);
+            e += T;
+        }
+        let mut j = cx.tid;
+        while j < 2 * cx.na {
+            let w = ld_shared_f32(cx.sm(lay.theta, j));
+            stg(prm.seg_theta, row * 2 * cx.na as usize + j as usize, w);
+            j += T;
+        }
+        if cx.tid == 0 {
+            stg(prm.seg_decay, row, decay);
+        }
+    }
+}
+
+/// The chunked forward over this block's segment of the sequence (all of it when
+/// `prm.segments ≤ 1`).
+///
+/// `STATES_ONLY = false` is the forward proper: it starts from the true state of its segment
+/// (zero, or hand-off slot s−1 after the combine pass) and writes the outputs, and the last
+/// segment the final states. `STATES_ONLY = true` is the segment-state pass: from a zero state and
+/// zero angles it runs only what the state needs (phases A, A2, k̂ of B, the state pass) and
+/// writes the segment's end state, angle total and decay into slot s; the last segment's block
+/// has nothing to do.
+///
+/// # Safety
+/// See the module's launch contract.
+#[inline(always)]
+pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: bool>(
+    prm: &ForwardParams,
+) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
     let h = block_x() as usize;
-    let b = block_y() as usize;
+    let segments = prm.segments.max(1) as usize;
+    let y = block_y() as usize;
+    let b = y / segments;
+    let seg = y - b * segments;
+    if STATES_ONLY && seg + 1 >= segments {
+        return;
+    }
     let s_len = prm.seq_len as usize;
+    let chunk = prm.chunk as usize;
+    // Token range of the segment, in u32 (S < 2^32): the loop bounds stay in single registers.
+    let (t_begin, t_end) = if segments > 1 {
+        let span = prm.seg_chunks * prm.chunk;
+        (
+            (seg as u32 * span).min(prm.seq_len),
+            ((seg as u32 + 1) * span).min(prm.seq_len),
+        )
+    } else {
+        (0, prm.seq_len)
+    };
+    let chunk32 = prm.chunk;
     let lay = ForwardSmem::new(R as u32, prm.n, prm.p, prm.na, prm.chunk);
     let base = smem_base();
     let cx = Ctx {
@@ -1335,27 +1445,33 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
     // SAFETY (whole body): the launch contract; every phase is separated by block barriers.
     unsafe {
         let d_h = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
-        let chunk = prm.chunk as usize;
-        if cx.staged {
-            stage_raw::<X, R>(prm, &cx, 0, s_len.min(chunk) as u32);
+        if cx.staged && t_begin < t_end {
+            stage_raw::<X, R>(prm, &cx, t_begin as usize, (t_end - t_begin).min(chunk32));
         }
-        // Zero state and angle carries.
-        let mut e = cx.tid;
-        while e < lay.p4 * lay.n_stride {
-            st_shared_f32(cx.sm(lay.state, e), 0.0);
-            e += T;
-        }
-        let mut j = cx.tid;
-        while j < 2 * cx.na {
-            st_shared_f32(cx.sm(lay.theta, j), 0.0);
-            j += T;
+        if !STATES_ONLY && seg > 0 {
+            load_segment_start(prm, &cx, seg - 1);
+        } else {
+            // Zero state and angle carries.
+            let mut e = cx.tid;
+            while e < lay.p4 * lay.n_stride {
+                st_shared_f32(cx.sm(lay.state, e), 0.0);
+                e += T;
+            }
+            let mut j = cx.tid;
+            while j < 2 * cx.na {
+                st_shared_f32(cx.sm(lay.theta, j), 0.0);
+                j += T;
+            }
         }
         wait_group::<0>();
         sync_threads();
 
-        let mut c0 = 0usize;
-        while c0 < s_len {
-            let len = (s_len - c0).min(chunk) as u32;
+        // Product of the chunk decays (the segment-state pass; thread 0's copy is the one kept).
+        let mut decay = 1.0f32;
+        let mut c0u = t_begin;
+        while c0u < t_end {
+            let len = (t_end - c0u).min(chunk32);
+            let c0 = c0u as usize;
             phase_scalars_angles_x::<X, R>(prm, &cx, c0, len);
             sync_threads();
             phase_token_scalars(&cx, len);
@@ -1372,31 +1488,39 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
                 phase_angle_prefix(&cx, len);
             }
             sync_threads();
-            phase_stage_qk::<X, R>(prm, &cx, c0, len);
+            if STATES_ONLY {
+                phase_stage_qk::<X, R, false>(prm, &cx, c0, len);
+            } else {
+                phase_stage_qk::<X, R, true>(prm, &cx, c0, len);
+            }
             sync_threads();
             // The staging region is free from here to the end of the chunk: fetch the next one.
-            let next = c0 + chunk;
-            if cx.staged && next < s_len {
-                stage_raw::<X, R>(prm, &cx, next, (s_len - next).min(chunk) as u32);
+            let next = c0u + chunk32;
+            if cx.staged && next < t_end {
+                stage_raw::<X, R>(prm, &cx, next as usize, (t_end - next).min(chunk32));
             }
             let mma = use_mma::<X>(&cx);
-            if mma {
-                phase_scores_mma::<X, R>(&cx, len);
-            } else {
-                phase_scores::<R>(&cx, len);
-            }
-            sync_threads();
-            if mma {
-                phase_outputs_mma::<X, R>(&cx, len, d_h);
-            } else {
-                phase_outputs_raw::<R>(&cx, len, d_h);
-            }
-            sync_threads();
-            if prm.mode == output_mode::FUSED_NORM {
-                phase_rstd::<R>(&cx, len, prm.norm_eps);
+            if !STATES_ONLY {
+                if mma {
+                    phase_scores_mma::<X, R>(&cx, len);
+                } else {
+                    phase_scores::<R>(&cx, len);
+                }
                 sync_threads();
+                if mma {
+                    phase_outputs_mma::<X, R>(&cx, len, d_h);
+                } else {
+                    phase_outputs_raw::<R>(&cx, len, d_h);
+                }
+                sync_threads();
+                if prm.mode == output_mode::FUSED_NORM {
+                    phase_rstd::<R>(&cx, len, prm.norm_eps);
+                    sync_threads();
+                }
+                phase_store_outputs::<X, R>(prm, &cx, c0, len);
+            } else if cx.tid == 0 {
+                decay *= ld_shared_f32(cx.sm(lay.exp_a, len - 1));
             }
-            phase_store_outputs::<X, R>(prm, &cx, c0, len);
             if mma {
                 phase_state_mma::<X, R>(&cx, len);
             } else {
@@ -1404,10 +1528,16 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
             }
             wait_group::<0>();
             sync_threads();
-            c0 += chunk;
+            c0u += chunk32;
         }
-        let last_len = (s_len - (s_len - 1) / chunk * chunk) as u32;
-        write_final_states::<X, R>(prm, &cx, last_len);
+        // Only the last segment ends at S (segments are never empty); the segment index is read
+        // again rather than kept live through the chunk loop.
+        if STATES_ONLY {
+            store_segment_end(prm, &cx, block_y() as usize % segments, decay);
+        } else if t_end == prm.seq_len {
+            let last_len = (s_len - (s_len - 1) / chunk * chunk) as u32;
+            write_final_states::<X, R>(prm, &cx, last_len);
+        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod elem;
 pub mod frag;
 pub mod math;
 pub mod primitives;
+pub mod segment_state;
 pub mod warp_reduce;
 pub mod warp_scan;
 

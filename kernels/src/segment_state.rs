@@ -1,0 +1,175 @@
+//! Sequence splitting for the chunked forward (spec performance.md §3.3): when the (head, batch)
+//! grid leaves SMs idle, each (b, h) row's chunks are cut into K segments of whole chunks, and
+//!
+//! 1. the segment-state pass (`segment_state_*`, [`chunked_forward_pass`] with `STATES_ONLY`)
+//!    runs segments 0..K−1 from a zero state with their angles counted from zero, and hands off
+//!    each one's end state `S_local(s)`, angle total `θ_local(s)` and decay `decay(s)` (the
+//!    product of its chunk decays);
+//! 2. the combine pass ([`segment_combine`], one block per (h, b)) walks the segments in order:
+//!    `S_end(s) = decay(s)·S_end(s−1) + Rot(θ_end(s−1))·S_local(s)` and
+//!    `θ_end(s) = θ_end(s−1) + θ_local(s)` (mod 2π), in place;
+//! 3. the forward proper (`forward_fma_*` with `segments = K`) runs every segment from its true
+//!    start state `S_end(s−1)`, θ_end(s−1).
+//!
+//! Why step 2 is exact: a segment's keys are rotated by the true angle `θ_end(s−1) + θ_local`, and
+//! rotations of one angle pair compose, `Rot(a + b) = Rot(a)·Rot(b)`; the state is linear in the
+//! rotated keys along N, so the local-frame state turns into the true one by rotating each
+//! (ia, ib) pair of every state row by `θ_end(s−1)`. Decays multiply. The chunk boundaries (and so
+//! the trapezoidal key scale `c_i = γ_i + ε_{i+1}`, which reaches one token past a chunk) are the
+//! same as without splitting. No atomics: each block owns its slot, and the combine is
+//! sequential over segments in a fixed order.
+//!
+//! # Launch contract (combine)
+//! Grid `(H, B)`, block [`SEGMENT_COMBINE_THREADS`], dynamic shared memory
+//! `segment_combine_smem_bytes(K, Na)`; the hand-off buffers of [`SegmentCombineParams`] hold
+//! `(B,H,K−1,…)` slots written by the segment-state pass.
+
+use mamba3_abi::{rotation, SegmentCombineParams, SEGMENT_COMBINE_THREADS};
+
+use crate::angles::{reduced_f32, wrap_two_pi_f64};
+use crate::arch::sreg::{
+    block_x, block_y, ld_shared_f32, smem_base, st_shared_f32, sync_threads, thread_x,
+};
+#[cfg(target_arch = "nvptx64")]
+use crate::chunked_forward::chunked_forward_pass;
+#[cfg(target_arch = "nvptx64")]
+use crate::elem::Bf16;
+use crate::elem::Elem;
+#[cfg(target_arch = "nvptx64")]
+use mamba3_abi::ForwardParams;
+use crate::math::sincos;
+
+const T: u32 = SEGMENT_COMBINE_THREADS;
+
+/// Reads an f64 stored in global memory as two f32 words (low first).
+#[inline(always)]
+unsafe fn ld_f64_words(base: u64, word: usize) -> f64 {
+    // SAFETY: forwarded to the caller.
+    let (lo, hi) = unsafe {
+        (
+            <f32 as Elem>::load(base, word).to_bits(),
+            <f32 as Elem>::load(base, word + 1).to_bits(),
+        )
+    };
+    f64::from_bits(lo as u64 | ((hi as u64) << 32))
+}
+
+/// Writes an f64 into global memory as two f32 words (low first).
+#[inline(always)]
+unsafe fn st_f64_words(base: u64, word: usize, value: f64) {
+    let bits = value.to_bits();
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        <f32 as Elem>::store(base, word, f32::from_bits(bits as u32));
+        <f32 as Elem>::store(base, word + 1, f32::from_bits((bits >> 32) as u32));
+    }
+}
+
+/// The combine pass for the block's (h, b) row (see the module docs).
+///
+/// # Safety
+/// The module's launch contract.
+#[inline(always)]
+pub unsafe fn segment_combine(prm: &SegmentCombineParams) {
+    let h = block_x() as usize;
+    let b = block_y() as usize;
+    let tid = thread_x();
+    let base = smem_base();
+    let slots = prm.segments.saturating_sub(1);
+    let (n, p, na) = (prm.n, prm.p, prm.na);
+    let row = (b * prm.heads as usize + h) * slots as usize;
+    let cos_at = |s: u32, j: u32| base + 4 * (s * na + j);
+    let sin_at = |s: u32, j: u32| base + 4 * ((slots + s) * na + j);
+    // SAFETY (whole body): slots < K−1, angles < Na, p < P, n < N index the (B,H,K−1,…) buffers
+    // and the (K−1, Na) shared tables of the launch contract.
+    unsafe {
+        // The start angle of every slot's segment (θ_end of the one before; 0 for the first),
+        // its cosine and sine; each slot's θ becomes the true θ at its segment's end.
+        let mut j = tid;
+        while j < na {
+            let mut theta = 0.0f64;
+            let mut s = 0;
+            while s < slots {
+                let (sn, cs) = sincos(reduced_f32(theta));
+                st_shared_f32(cos_at(s, j), cs);
+                st_shared_f32(sin_at(s, j), sn);
+                let word = 2 * ((row + s as usize) * na as usize + j as usize);
+                theta = wrap_two_pi_f64(theta + ld_f64_words(prm.seg_theta, word));
+                st_f64_words(prm.seg_theta, word, theta);
+                s += 1;
+            }
+            j += T;
+        }
+        sync_threads();
+        // One thread per (p, rotation pair): the pair's two state columns through the segments.
+        let half = (n / 2).max(1);
+        let half_split = prm.rotation == rotation::HALF_SPLIT;
+        let mut e = tid;
+        while e < p * half {
+            let pp = e / half;
+            let j = e - pp * half;
+            let (ia, ib) = if half_split {
+                (j, j + half)
+            } else {
+                (2 * j, 2 * j + 1)
+            };
+            let (mut run_a, mut run_b) = (0.0f32, 0.0f32);
+            let mut s = 0;
+            while s < slots {
+                let at = ((row + s as usize) * p as usize + pp as usize) * n as usize;
+                let (mut la, mut lb) = (
+                    <f32 as Elem>::load(prm.seg_state, at + ia as usize),
+                    <f32 as Elem>::load(prm.seg_state, at + ib as usize),
+                );
+                if j < na {
+                    let (c, sn) = (ld_shared_f32(cos_at(s, j)), ld_shared_f32(sin_at(s, j)));
+                    (la, lb) = (c * la - sn * lb, sn * la + c * lb);
+                }
+                let d = <f32 as Elem>::load(prm.seg_decay, row + s as usize);
+                run_a = d * run_a + la;
+                run_b = d * run_b + lb;
+                <f32 as Elem>::store(prm.seg_state, at + ia as usize, run_a);
+                <f32 as Elem>::store(prm.seg_state, at + ib as usize, run_b);
+                s += 1;
+            }
+            e += T;
+        }
+    }
+}
+
+/// Segment-state pass entry points: [`chunked_forward_pass`] with `STATES_ONLY`, same launch
+/// contract as the forward (grid `(H, B·K)`), hand-off buffers required.
+macro_rules! segment_state_entry {
+    ($name:ident, $x:ty, $r:literal) => {
+        /// Segment-state pass entry point (see the module docs).
+        ///
+        /// # Safety
+        /// The forward's launch contract with `segments ≥ 2` and the hand-off buffers.
+        #[cfg(target_arch = "nvptx64")]
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(params: ForwardParams) {
+            // SAFETY: forwarded launch contract.
+            unsafe { chunked_forward_pass::<$x, $r, true>(&params) }
+        }
+    };
+}
+
+segment_state_entry!(segment_state_f32_r1, f32, 1);
+segment_state_entry!(segment_state_f32_r2, f32, 2);
+segment_state_entry!(segment_state_f32_r4, f32, 4);
+segment_state_entry!(segment_state_f32_r8, f32, 8);
+segment_state_entry!(segment_state_bf16_r1, Bf16, 1);
+segment_state_entry!(segment_state_bf16_r2, Bf16, 2);
+segment_state_entry!(segment_state_bf16_r4, Bf16, 4);
+segment_state_entry!(segment_state_bf16_r8, Bf16, 8);
+
+/// Combine pass entry point (see the module's launch contract).
+///
+/// # Safety
+/// The module's launch contract.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn segment_combine_f32(params: SegmentCombineParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { segment_combine(&params) }
+}
