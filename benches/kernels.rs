@@ -9,7 +9,10 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::cuda::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use mamba3::decode::{self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights};
-use mamba3::forward::{dispatch_paths, forward, ForwardConfig, ForwardInputs};
+use mamba3::forward::{
+    dispatch_paths_with_workspace, forward_with_workspace, workspace_len, ForwardConfig,
+    ForwardInputs,
+};
 use mamba3::golden::SplitMix64;
 use mamba3::{primitives, Activation, Dtype, Gpu, OutputMode, Rotation};
 
@@ -355,8 +358,20 @@ fn bench_forward_one<T: Activation>(
         d: Some(d.as_view()),
         norm_weight: None,
     };
+    let mut workspace = stream
+        .alloc_zeros::<f32>(workspace_len(&cfg, gpu.sm_count()).max(1))
+        .expect("allocating a benchmark buffer");
     let ms = time_ms(gpu, stream, 2, 10, || {
-        forward(gpu, stream, &cfg, &inputs, &mut out.as_view_mut(), None).unwrap()
+        forward_with_workspace(
+            gpu,
+            stream,
+            &cfg,
+            &inputs,
+            &mut out.as_view_mut(),
+            None,
+            &mut workspace.as_view_mut(),
+        )
+        .unwrap()
     });
     let esz = std::mem::size_of::<T>() as f64;
     let (bf, sf, hf) = (b as f64, s as f64, h as f64);
@@ -381,7 +396,7 @@ fn bench_forward_one<T: Activation>(
         100.0 * tflops * 1e12 / TC_FLOP_PER_S,
         gbs,
         100.0 * gbs * 1e9 / HBM_BYTES_PER_S,
-        dispatch_paths(&cfg).join(", ")
+        dispatch_paths_with_workspace(&cfg, gpu.sm_count()).join(", ")
     );
 }
 

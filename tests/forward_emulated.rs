@@ -15,7 +15,10 @@ mod emulation;
 use mamba3::golden::{
     forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
-use mamba3_abi::{ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS};
+use mamba3_abi::{
+    segment_combine_smem_bytes, ForwardParams, ForwardSmem, ForwardStage, SegmentCombineParams,
+    FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
+};
 
 use common::{geo, opts, rel_err};
 use emulation::{arch, elem, frag, math};
@@ -27,6 +30,10 @@ mod angles;
 #[allow(clippy::all)]
 #[path = "../kernels/src/chunked_forward.rs"]
 mod chunked_forward;
+
+#[allow(clippy::all)]
+#[path = "../kernels/src/segment_state.rs"]
+mod segment_state;
 
 fn f32v(x: &[f64]) -> Vec<f32> {
     x.iter().map(|&v| v as f32).collect()
@@ -81,8 +88,15 @@ struct Outputs {
     v: Vec<f64>,
 }
 
-/// Runs the emulated kernel on `inp` (already rounded) and returns outputs and final states.
-fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool, staged: bool) -> Outputs {
+/// Runs the emulated kernel on `inp` (already rounded) and returns outputs and final states; with
+/// `segments > 1`, as the split forward: segment-state pass, combine pass, forward per segment.
+fn run_emulated(
+    inp: &Mamba3Inputs,
+    chunk: usize,
+    bf16: bool,
+    staged: bool,
+    segments: usize,
+) -> Outputs {
     let g = inp.geometry;
     let mut buffers: Vec<(u64, u64, &'static str)> = Vec::new();
     // Activation buffers: keep either u16 or f32 storage alive.
@@ -199,7 +213,26 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool, staged: bool) -> O
         },
         norm_eps: inp.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
         staged: u32::from(staged),
+        ..ForwardParams::default()
     };
+    // Hand-off slots of the split (NaN: every word read must have been written).
+    let chunks = g.seq_len.div_ceil(chunk);
+    let seg_chunks = chunks.div_ceil(segments.max(1));
+    let segments = chunks.div_ceil(seg_chunks);
+    let slots = (segments - 1) * g.batch * g.heads;
+    let (st_words, th_words) = (g.head_dim * g.state_dim, 2 * g.num_angles);
+    let workspace = vec![f32::NAN; (slots * (st_words + th_words + 1)).max(1)];
+    let ws = workspace.as_ptr() as u64;
+    let mut params = params;
+    if segments > 1 {
+        buffers.push((ws, 4 * workspace.len() as u64, "workspace"));
+        params.segments = segments as u32;
+        params.seg_chunks = seg_chunks as u32;
+        params.seg_state = ws;
+        params.seg_theta = ws + 4 * (slots * st_words) as u64;
+        params.seg_decay = ws + 4 * (slots * (st_words + th_words)) as u64;
+    }
+    let params = params;
     let lay = ForwardSmem::new(
         g.rank as u32,
         g.state_dim as u32,
@@ -215,8 +248,45 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool, staged: bool) -> O
         if bf16 { 2 } else { 4 },
     );
     let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
+    let grid = (g.heads as u32, (g.batch * segments) as u32);
+    if segments > 1 {
+        emulation::run_grid(grid, FORWARD_THREADS as usize, words, &buffers, || unsafe {
+            use chunked_forward::chunked_forward_pass as pass;
+            match (bf16, g.rank) {
+                (false, 1) => pass::<f32, 1, true>(&params),
+                (false, 2) => pass::<f32, 2, true>(&params),
+                (false, 4) => pass::<f32, 4, true>(&params),
+                (false, 8) => pass::<f32, 8, true>(&params),
+                (true, 1) => pass::<elem::Bf16, 1, true>(&params),
+                (true, 2) => pass::<elem::Bf16, 2, true>(&params),
+                (true, 4) => pass::<elem::Bf16, 4, true>(&params),
+                (true, 8) => pass::<elem::Bf16, 8, true>(&params),
+                _ => panic!("unsupported rank"),
+            }
+        });
+        let combine = SegmentCombineParams {
+            seg_state: params.seg_state,
+            seg_theta: params.seg_theta,
+            seg_decay: params.seg_decay,
+            heads: g.heads as u32,
+            segments: segments as u32,
+            n: g.state_dim as u32,
+            p: g.head_dim as u32,
+            na: g.num_angles as u32,
+            rotation: params.rotation,
+        };
+        let combine_words =
+            segment_combine_smem_bytes(segments as u32, g.num_angles as u32) as usize / 4;
+        emulation::run_grid(
+            (g.heads as u32, g.batch as u32),
+            SEGMENT_COMBINE_THREADS as usize,
+            combine_words.max(1),
+            &buffers,
+            || unsafe { segment_state::segment_combine(&combine) },
+        );
+    }
     emulation::run_grid(
-        (g.heads as u32, g.batch as u32),
+        grid,
         FORWARD_THREADS as usize,
         words,
         &buffers,
@@ -259,6 +329,7 @@ fn run_emulated(inp: &Mamba3Inputs, chunk: usize, bf16: bool, staged: bool) -> O
     drop(act16);
     drop(act32);
     drop(f32s);
+    drop(workspace);
     res
 }
 
@@ -269,16 +340,22 @@ struct Case {
     bf16: bool,
 }
 
-/// Runs `case` with and without the staging region; returns the worst error.
+/// Runs `case` with and without the staging region, and split into segments (staged, when the
+/// sequence has at least two chunks); returns the worst error.
 fn check(case: &Case, seed: u64) -> f64 {
-    check_staged(case, seed, true).max(check_staged(case, seed, false))
+    let chunks = case.geo.seq_len.div_ceil(case.chunk);
+    let mut worst = check_staged(case, seed, true, 1).max(check_staged(case, seed, false, 1));
+    if chunks >= 2 {
+        worst = worst.max(check_staged(case, seed, true, chunks.min(3)));
+    }
+    worst
 }
 
-fn check_staged(case: &Case, seed: u64, staged: bool) -> f64 {
+fn check_staged(case: &Case, seed: u64, staged: bool, segments: usize) -> f64 {
     let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     let inp = round_inputs(&raw, case.bf16);
     let reference = forward_recurrent(&inp).unwrap();
-    let ours = run_emulated(&inp, case.chunk, case.bf16, staged);
+    let ours = run_emulated(&inp, case.chunk, case.bf16, staged, segments);
     let fs = &reference.final_states;
     let e_out = rel_err(&ours.out, &reference.out);
     let e_theta = common::angle_rel_err(&ours.theta, &fs.theta);
@@ -287,7 +364,7 @@ fn check_staged(case: &Case, seed: u64, staged: bool) -> f64 {
     let e_v = rel_err(&ours.v, &fs.v);
     let worst = e_out.max(e_theta).max(e_ssm).max(e_k).max(e_v);
     eprintln!(
-        "emulated {}{} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
+        "emulated {}{} K={segments} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
         if case.bf16 { "bf16" } else { "f32" },
         if staged { " staged" } else { "" },
         case.geo,

@@ -3,7 +3,9 @@
 //! Metric: `max|ours − ref| / max|ref|` per tensor (angles modulo 2π), worst over a grid. The
 //! golden model runs on exactly the values the GPU sees: f32-rounded parameters and activations
 //! rounded to the storage type. Outputs are poisoned with NaN before each launch, and every
-//! element must come back finite.
+//! element must come back finite. Every case runs twice: through [`forward`] (one block per
+//! (head, batch row)) and through [`forward_with_workspace`], which splits the sequence whenever
+//! B·H leaves SMs idle (NaN-poisoned workspace); the errors are the worse of the two.
 
 mod common;
 
@@ -12,7 +14,9 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::cuda::{CudaSlice, CudaStream};
 use mamba3::forward::{
-    dispatch_paths, forward, Activation, Dtype, FinalStatesMut, ForwardConfig, ForwardInputs,
+    dispatch_paths, dispatch_paths_with_workspace, forward, forward_with_workspace,
+    sequence_segments, workspace_len, Activation, Dtype, FinalStatesMut, ForwardConfig,
+    ForwardInputs,
 };
 use mamba3::golden::{
     forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
@@ -120,13 +124,15 @@ struct DeviceResult {
     v: Vec<f64>,
 }
 
-/// Uploads `inp` (already rounded), runs the forward into NaN-poisoned caller buffers, and
-/// downloads everything.
+/// Uploads `inp` (already rounded), runs the forward into NaN-poisoned caller buffers (with
+/// `split`, through [`forward_with_workspace`] and a NaN-poisoned workspace), and downloads
+/// everything.
 fn run_gpu<T: Activation>(
     gpu: &Gpu,
     s: &Arc<CudaStream>,
     inp: &Mamba3Inputs,
     chunk: usize,
+    split: bool,
 ) -> DeviceResult {
     let cfg = config_of::<T>(inp, chunk);
     let g = inp.geometry;
@@ -176,14 +182,27 @@ fn run_gpu<T: Activation>(
             k: fk.as_view_mut(),
             v: fv.as_view_mut(),
         };
-        forward(
-            gpu,
-            s,
-            &cfg,
-            &inputs,
-            &mut out.as_view_mut(),
-            Some(&mut states),
-        )
+        if split {
+            let mut ws = poison::<f32>(s, workspace_len(&cfg, gpu.sm_count()).max(1));
+            forward_with_workspace(
+                gpu,
+                s,
+                &cfg,
+                &inputs,
+                &mut out.as_view_mut(),
+                Some(&mut states),
+                &mut ws.as_view_mut(),
+            )
+        } else {
+            forward(
+                gpu,
+                s,
+                &cfg,
+                &inputs,
+                &mut out.as_view_mut(),
+                Some(&mut states),
+            )
+        }
         .unwrap_or_else(|e| panic!("forward failed for {g:?}: {e}"));
     }
     s.synchronize().expect("the forward kernel failed");
@@ -205,12 +224,38 @@ fn assert_finite(name: &str, x: &[f64], case: &Case) {
     }
 }
 
-/// Runs one case in dtype `T` against the golden recurrence and prints its errors.
+/// Runs one case in dtype `T` against the golden recurrence, unsplit and split, and prints the
+/// errors of both; returns the worse per tensor.
 fn check<T: Activation>(gpu: &Gpu, s: &Arc<CudaStream>, case: &Case, seed: u64) -> Errors {
     let raw = Mamba3Inputs::random(case.geo, case.opts, seed).expect("random inputs");
     let inp = round_inputs::<T>(&raw);
     let reference = forward_recurrent(&inp).expect("golden forward");
-    let ours = run_gpu::<T>(gpu, s, &inp, case.chunk);
+    let whole = check_path::<T>(gpu, s, case, &inp, &reference, false);
+    let split = check_path::<T>(gpu, s, case, &inp, &reference, true);
+    Errors {
+        out: whole.out.max(split.out),
+        theta: whole.theta.max(split.theta),
+        ssm: whole.ssm.max(split.ssm),
+        k: whole.k.max(split.k),
+        v: whole.v.max(split.v),
+    }
+}
+
+/// One path of [`check`].
+fn check_path<T: Activation>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    case: &Case,
+    inp: &Mamba3Inputs,
+    reference: &mamba3::golden::Output,
+    split: bool,
+) -> Errors {
+    let segments = if split {
+        sequence_segments(&config_of::<T>(inp, case.chunk), gpu.sm_count())
+    } else {
+        1
+    };
+    let ours = run_gpu::<T>(gpu, s, inp, case.chunk, split);
     for (name, x) in [
         ("out", &ours.out),
         ("theta", &ours.theta),
@@ -231,7 +276,7 @@ fn check<T: Activation>(gpu: &Gpu, s: &Arc<CudaStream>, case: &Case, seed: u64) 
     let g = case.geo;
     let o = case.opts;
     eprintln!(
-        "forward {:>4} B={} S={} R={} G={} H={} N={} P={} Na={} C={} {:?} {:?} z={} D={}: error out {:.2e} theta {:.2e} ssm {:.2e} k {:.2e} v {:.2e}",
+        "forward {:>4} K={segments:<2} B={} S={} R={} G={} H={} N={} P={} Na={} C={} {:?} {:?} z={} D={}: error out {:.2e} theta {:.2e} ssm {:.2e} k {:.2e} v {:.2e}",
         if T::DTYPE == Dtype::F32 { "f32" } else { "bf16" },
         g.batch, g.seq_len, g.rank, g.groups, g.heads, g.state_dim, g.head_dim, g.num_angles,
         case.chunk, o.rotation, o.mode, o.has_z as u8, o.has_d as u8,
@@ -428,6 +473,15 @@ fn forward_rejects_bad_arguments_before_launch() {
     let inp = round_inputs::<f32>(&Mamba3Inputs::random(case.geo, case.opts, 3).unwrap());
     let cfg = config_of::<f32>(&inp, case.chunk);
     assert_eq!(dispatch_paths(&cfg), vec!["forward_fma_f32_r4"]);
+    assert!(sequence_segments(&cfg, gpu.sm_count()) > 1, "the case splits");
+    assert_eq!(
+        dispatch_paths_with_workspace(&cfg, gpu.sm_count()),
+        vec![
+            "segment_state_f32_r4",
+            "segment_combine_f32",
+            "forward_fma_f32_r4"
+        ]
+    );
     let q = up_act::<f32>(&s, &inp.q);
     let k = up_act::<f32>(&s, &inp.k);
     let v = up_act::<f32>(&s, &inp.v);
@@ -488,6 +542,23 @@ fn forward_rejects_bad_arguments_before_launch() {
     let err = forward(&gpu, &s, &big, &k_full, &mut out.as_view_mut(), None).unwrap_err();
     eprintln!("rejected: {err}");
     assert!(matches!(err, Error::SharedMemory { .. }), "{err}");
+    // A workspace too small for the split.
+    let mut ws = poison::<f32>(&s, workspace_len(&cfg, gpu.sm_count()) - 1);
+    let err = forward_with_workspace(
+        &gpu,
+        &s,
+        &cfg,
+        &k_full,
+        &mut out.as_view_mut(),
+        None,
+        &mut ws.as_view_mut(),
+    )
+    .unwrap_err();
+    eprintln!("rejected: {err}");
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "workspace", .. }),
+        "{err}"
+    );
     // Nothing was launched: the poisoned output is untouched.
     let back = down_act(&s, &out);
     assert!(back.iter().all(|x| x.is_nan()));
