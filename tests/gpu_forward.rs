@@ -563,3 +563,116 @@ fn forward_rejects_bad_arguments_before_launch() {
     let back = down_act(&s, &out);
     assert!(back.iter().all(|x| x.is_nan()));
 }
+
+/// The split's hand-off angles after the combine pass (θ at each segment's end, as `hi + lo`)
+/// against the golden cumulative angles, per slot; and the final θ of the split forward.
+#[test]
+fn forward_split_handoff_angles_match_golden() {
+    let gpu = gpu_or_skip!();
+    let s = gpu.context().new_stream().expect("stream");
+    let case = Case {
+        geo: geo(1, 64, 1, 1, 2, 16, 8, 4),
+        chunk: 4,
+        opts: opts(Rotation::HalfSplit, OutputMode::Gated, true, true),
+    };
+    let inp = round_inputs::<f32>(&Mamba3Inputs::random(case.geo, case.opts, 11).unwrap());
+    let cfg = config_of::<f32>(&inp, case.chunk);
+    let k_seg = sequence_segments(&cfg, gpu.sm_count());
+    assert!(k_seg > 1);
+    let g = case.geo;
+    let theta_ref = mamba3::golden::cumulative_theta(&g, &inp.angle_logits, &inp.dt).unwrap();
+    let q = up_act::<f32>(&s, &inp.q);
+    let k = up_act::<f32>(&s, &inp.k);
+    let v = up_act::<f32>(&s, &inp.v);
+    let z = up_act::<f32>(&s, inp.z.as_ref().unwrap());
+    let trap = up_act::<f32>(&s, &inp.trap);
+    let dt = up_f32(&s, &inp.dt);
+    let adt = up_f32(&s, &inp.adt);
+    let angles = up_f32(&s, &inp.angle_logits);
+    let q_bias = up_f32(&s, &inp.q_bias);
+    let k_bias = up_f32(&s, &inp.k_bias);
+    let mimo_v = up_f32(&s, &inp.mimo_v);
+    let mimo_z = up_f32(&s, inp.mimo_z.as_ref().unwrap());
+    let mimo_o = up_f32(&s, inp.mimo_o.as_ref().unwrap());
+    let d = up_f32(&s, inp.d.as_ref().unwrap());
+    let inputs = ForwardInputs {
+        q: q.as_view(),
+        k: k.as_view(),
+        v: v.as_view(),
+        z: Some(z.as_view()),
+        trap: trap.as_view(),
+        dt: dt.as_view(),
+        adt: adt.as_view(),
+        angles: angles.as_view(),
+        q_bias: q_bias.as_view(),
+        k_bias: k_bias.as_view(),
+        mimo_v: mimo_v.as_view(),
+        mimo_z: Some(mimo_z.as_view()),
+        mimo_o: Some(mimo_o.as_view()),
+        d: Some(d.as_view()),
+        norm_weight: None,
+    };
+    let lens = cfg.expected_lens(true).unwrap();
+    let st = lens.states.unwrap();
+    let mut out = poison::<f32>(&s, lens.out);
+    let mut theta = poison::<f32>(&s, st.theta);
+    let mut ssm = poison::<f32>(&s, st.ssm);
+    let mut fk = poison::<f32>(&s, st.k);
+    let mut fv = poison::<f32>(&s, st.v);
+    let mut ws = poison::<f32>(&s, workspace_len(&cfg, gpu.sm_count()));
+    {
+        let mut states = FinalStatesMut {
+            theta: theta.as_view_mut(),
+            ssm: ssm.as_view_mut(),
+            k: fk.as_view_mut(),
+            v: fv.as_view_mut(),
+        };
+        forward_with_workspace(
+            &gpu,
+            &s,
+            &cfg,
+            &inputs,
+            &mut out.as_view_mut(),
+            Some(&mut states),
+            &mut ws.as_view_mut(),
+        )
+        .unwrap();
+    }
+    s.synchronize().unwrap();
+    let ws_host = s.clone_dtoh(&ws).unwrap();
+    let slots = k_seg - 1;
+    let chunks = g.seq_len.div_ceil(case.chunk);
+    let span = chunks.div_ceil(k_seg) * case.chunk;
+    let th0 = slots * g.batch * g.heads * g.head_dim * g.state_dim;
+    let tau = std::f64::consts::TAU;
+    let wrap = |x: f64| x.rem_euclid(tau);
+    let mut worst = 0.0f64;
+    for h in 0..g.heads {
+        for sl in 0..slots {
+            let t = (sl + 1) * span - 1;
+            let mut line = Vec::new();
+            for j in 0..g.num_angles {
+                let at = th0 + 2 * ((h * slots + sl) * g.num_angles + j);
+                let ours = ws_host[at] as f64 + ws_host[at + 1] as f64;
+                let want = wrap(theta_ref[(t * g.heads + h) * g.num_angles + j]);
+                let dd = wrap(ours - want);
+                let dd = dd.min(tau - dd);
+                worst = worst.max(dd);
+                line.push(format!("{dd:.1e}"));
+            }
+            eprintln!("split hand-off θ h={h} slot={sl} (t={t}): |diff| {}", line.join(" "));
+        }
+    }
+    let th_host = down_f32(&s, &theta);
+    let mut worst_final = 0.0f64;
+    for h in 0..g.heads {
+        for j in 0..g.num_angles {
+            let want = wrap(theta_ref[((g.seq_len - 1) * g.heads + h) * g.num_angles + j]);
+            let dd = wrap(th_host[h * g.num_angles + j] - want);
+            worst_final = worst_final.max(dd.min(tau - dd));
+        }
+    }
+    eprintln!("split hand-off θ: worst {worst:.2e} rad over {slots} slots; final θ {worst_final:.2e} rad");
+    assert!(worst < 1e-9, "hand-off angles off by {worst:e} rad");
+    assert!(worst_final < 1e-6, "final θ off by {worst_final:e} rad");
+}

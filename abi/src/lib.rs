@@ -328,8 +328,9 @@ pub struct ForwardParams {
     /// [`SegmentCombineParams`]'s pass turns slot s into the true state at the end of segment s,
     /// which the forward's segment s+1 starts from.
     pub seg_state: u64,
-    /// Segment angle totals `(B,H,K−1,Na)` f64 (two f32 words each, low first), reduced into
-    /// [0, 2π): the local total of segment s, then (after the combine pass) the true θ at its end.
+    /// Segment angle totals `(B,H,K−1,Na)`, each as the f32 pair `(hi, lo)` with value `hi + lo`
+    /// (~2^-48 relative), reduced into [0, 2π): the local total of segment s, then (after the
+    /// combine pass) the true θ at its end.
     pub seg_theta: u64,
     /// Segment decays `(B,H,K−1)` f32: the product of segment s's chunk decays `exp(A_last)`.
     pub seg_decay: u64,

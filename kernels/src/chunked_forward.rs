@@ -1322,6 +1322,16 @@ pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
     unsafe { chunked_forward_pass::<X, R, false>(prm) }
 }
 
+/// `x` as the unevaluated sum `hi + lo` of two f32 (exact to ~2^-48 relative): how angle totals
+/// travel through global memory. Numeric f32 values rather than the two halves of the f64's bit
+/// pattern: on the H200 the bit-pattern hand-off lost the low word's precision (2026-11-29,
+/// θ errors of 2^-18 rad that the CPU emulation of the same source did not show).
+#[inline(always)]
+pub fn split_f64(x: f64) -> (f32, f32) {
+    let hi = x as f32;
+    (hi, (x - hi as f64) as f32)
+}
+
 /// Loads this block's start state and angle carry from hand-off slot `slot` (see
 /// [`ForwardParams::seg_state`]); padding columns and rows of the state stay zero.
 #[inline(always)]
@@ -1346,9 +1356,10 @@ unsafe fn load_segment_start(prm: &ForwardParams, cx: &Ctx, slot: usize) {
             e += T;
         }
         let mut j = cx.tid;
-        while j < 2 * cx.na {
-            let w = ldg(prm.seg_theta, row * 2 * cx.na as usize + j as usize);
-            st_shared_f32(cx.sm(lay.theta, j), w);
+        while j < cx.na {
+            let at = 2 * (row * cx.na as usize + j as usize);
+            let theta = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
+            st_shared_f64(cx.sm(lay.theta, 2 * j), theta);
             j += T;
         }
     }
@@ -1373,9 +1384,11 @@ unsafe fn store_segment_end(prm: &ForwardParams, cx: &Ctx, slot: usize, decay: f
             e += T;
         }
         let mut j = cx.tid;
-        while j < 2 * cx.na {
-            let w = ld_shared_f32(cx.sm(lay.theta, j));
-            stg(prm.seg_theta, row * 2 * cx.na as usize + j as usize, w);
+        while j < cx.na {
+            let at = 2 * (row * cx.na as usize + j as usize);
+            let (hi, lo) = split_f64(ld_shared_f64(cx.sm(lay.theta, 2 * j)));
+            stg(prm.seg_theta, at, hi);
+            stg(prm.seg_theta, at + 1, lo);
             j += T;
         }
         if cx.tid == 0 {

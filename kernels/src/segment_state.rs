@@ -32,6 +32,7 @@ use crate::arch::sreg::{
 };
 #[cfg(target_arch = "nvptx64")]
 use crate::chunked_forward::chunked_forward_pass;
+use crate::chunked_forward::split_f64;
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
@@ -41,27 +42,21 @@ use crate::math::sincos;
 
 const T: u32 = SEGMENT_COMBINE_THREADS;
 
-/// Reads an f64 stored in global memory as two f32 words (low first).
+/// Reads an angle stored in global memory as `hi + lo` (two f32, see [`split_f64`]).
 #[inline(always)]
-unsafe fn ld_f64_words(base: u64, word: usize) -> f64 {
+unsafe fn ld_angle(base: u64, word: usize) -> f64 {
     // SAFETY: forwarded to the caller.
-    let (lo, hi) = unsafe {
-        (
-            <f32 as Elem>::load(base, word).to_bits(),
-            <f32 as Elem>::load(base, word + 1).to_bits(),
-        )
-    };
-    f64::from_bits(lo as u64 | ((hi as u64) << 32))
+    unsafe { <f32 as Elem>::load(base, word) as f64 + <f32 as Elem>::load(base, word + 1) as f64 }
 }
 
-/// Writes an f64 into global memory as two f32 words (low first).
+/// Writes an angle into global memory as `hi + lo` (two f32, see [`split_f64`]).
 #[inline(always)]
-unsafe fn st_f64_words(base: u64, word: usize, value: f64) {
-    let bits = value.to_bits();
+unsafe fn st_angle(base: u64, word: usize, value: f64) {
+    let (hi, lo) = split_f64(value);
     // SAFETY: forwarded to the caller.
     unsafe {
-        <f32 as Elem>::store(base, word, f32::from_bits(bits as u32));
-        <f32 as Elem>::store(base, word + 1, f32::from_bits((bits >> 32) as u32));
+        <f32 as Elem>::store(base, word, hi);
+        <f32 as Elem>::store(base, word + 1, lo);
     }
 }
 
@@ -94,8 +89,8 @@ pub unsafe fn segment_combine(prm: &SegmentCombineParams) {
                 st_shared_f32(cos_at(s, j), cs);
                 st_shared_f32(sin_at(s, j), sn);
                 let word = 2 * ((row + s as usize) * na as usize + j as usize);
-                theta = wrap_two_pi_f64(theta + ld_f64_words(prm.seg_theta, word));
-                st_f64_words(prm.seg_theta, word, theta);
+                theta = wrap_two_pi_f64(theta + ld_angle(prm.seg_theta, word));
+                st_angle(prm.seg_theta, word, theta);
                 s += 1;
             }
             j += T;
