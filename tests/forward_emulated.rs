@@ -285,25 +285,19 @@ fn run_emulated(
             || unsafe { segment_state::segment_combine(&combine) },
         );
     }
-    emulation::run_grid(
-        grid,
-        FORWARD_THREADS as usize,
-        words,
-        &buffers,
-        || unsafe {
-            match (bf16, g.rank) {
-                (false, 1) => chunked_forward::chunked_forward::<f32, 1>(&params),
-                (false, 2) => chunked_forward::chunked_forward::<f32, 2>(&params),
-                (false, 4) => chunked_forward::chunked_forward::<f32, 4>(&params),
-                (false, 8) => chunked_forward::chunked_forward::<f32, 8>(&params),
-                (true, 1) => chunked_forward::chunked_forward::<elem::Bf16, 1>(&params),
-                (true, 2) => chunked_forward::chunked_forward::<elem::Bf16, 2>(&params),
-                (true, 4) => chunked_forward::chunked_forward::<elem::Bf16, 4>(&params),
-                (true, 8) => chunked_forward::chunked_forward::<elem::Bf16, 8>(&params),
-                _ => panic!("unsupported rank"),
-            }
-        },
-    );
+    emulation::run_grid(grid, FORWARD_THREADS as usize, words, &buffers, || unsafe {
+        match (bf16, g.rank) {
+            (false, 1) => chunked_forward::chunked_forward::<f32, 1>(&params),
+            (false, 2) => chunked_forward::chunked_forward::<f32, 2>(&params),
+            (false, 4) => chunked_forward::chunked_forward::<f32, 4>(&params),
+            (false, 8) => chunked_forward::chunked_forward::<f32, 8>(&params),
+            (true, 1) => chunked_forward::chunked_forward::<elem::Bf16, 1>(&params),
+            (true, 2) => chunked_forward::chunked_forward::<elem::Bf16, 2>(&params),
+            (true, 4) => chunked_forward::chunked_forward::<elem::Bf16, 4>(&params),
+            (true, 8) => chunked_forward::chunked_forward::<elem::Bf16, 8>(&params),
+            _ => panic!("unsupported rank"),
+        }
+    });
     let act_back = |ptr: u64, len: usize| -> Vec<f64> {
         if bf16 {
             let s = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
@@ -626,11 +620,29 @@ fn tmp_split_probe() {
     use OutputMode::*;
     use Rotation::*;
     for (g, c, o) in [
-        (geo(1, 45, 8, 1, 2, 32, 8, 3), 5, opts(Pairwise, Gated, false, false)),
-        (geo(1, 19, 4, 1, 1, 10, 7, 2), 1, opts(HalfSplit, FusedNorm, false, true)),
+        (
+            geo(1, 45, 8, 1, 2, 32, 8, 3),
+            5,
+            opts(Pairwise, Gated, false, false),
+        ),
+        (
+            geo(1, 19, 4, 1, 1, 10, 7, 2),
+            1,
+            opts(HalfSplit, FusedNorm, false, true),
+        ),
     ] {
         for k in [1, 3, 7] {
-            check_staged(&Case { geo: g, chunk: c, opts: o, bf16: false }, 503, true, k);
+            check_staged(
+                &Case {
+                    geo: g,
+                    chunk: c,
+                    opts: o,
+                    bf16: false,
+                },
+                503,
+                true,
+                k,
+            );
         }
     }
 }

@@ -473,7 +473,10 @@ fn forward_rejects_bad_arguments_before_launch() {
     let inp = round_inputs::<f32>(&Mamba3Inputs::random(case.geo, case.opts, 3).unwrap());
     let cfg = config_of::<f32>(&inp, case.chunk);
     assert_eq!(dispatch_paths(&cfg), vec!["forward_fma_f32_r4"]);
-    assert!(sequence_segments(&cfg, gpu.sm_count()) > 1, "the case splits");
+    assert!(
+        sequence_segments(&cfg, gpu.sm_count()) > 1,
+        "the case splits"
+    );
     assert_eq!(
         dispatch_paths_with_workspace(&cfg, gpu.sm_count()),
         vec![
@@ -556,7 +559,13 @@ fn forward_rejects_bad_arguments_before_launch() {
     .unwrap_err();
     eprintln!("rejected: {err}");
     assert!(
-        matches!(err, Error::InvalidArgument { arg: "workspace", .. }),
+        matches!(
+            err,
+            Error::InvalidArgument {
+                arg: "workspace",
+                ..
+            }
+        ),
         "{err}"
     );
     // Nothing was launched: the poisoned output is untouched.
@@ -660,7 +669,10 @@ fn forward_split_handoff_angles_match_golden() {
                 worst = worst.max(dd);
                 line.push(format!("{dd:.1e}"));
             }
-            eprintln!("split hand-off θ h={h} slot={sl} (t={t}): |diff| {}", line.join(" "));
+            eprintln!(
+                "split hand-off θ h={h} slot={sl} (t={t}): |diff| {}",
+                line.join(" ")
+            );
         }
     }
     let th_host = down_f32(&s, &theta);
@@ -672,7 +684,9 @@ fn forward_split_handoff_angles_match_golden() {
             worst_final = worst_final.max(dd.min(tau - dd));
         }
     }
-    eprintln!("split hand-off θ: worst {worst:.2e} rad over {slots} slots; final θ {worst_final:.2e} rad");
+    eprintln!(
+        "split hand-off θ: worst {worst:.2e} rad over {slots} slots; final θ {worst_final:.2e} rad"
+    );
     assert!(worst < 1e-9, "hand-off angles off by {worst:e} rad");
     assert!(worst_final < 1e-6, "final θ off by {worst_final:e} rad");
 }

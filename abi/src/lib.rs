@@ -397,6 +397,8 @@ pub struct ForwardSmem {
     pub rows: u32,
     /// Row stride of q̂, k̂ and the state: `n4 + 4` (keeps 16-byte row reads conflict-free).
     pub n_stride: u32,
+    /// Row stride of the scores: `rows + 4` (keeps `ldmatrix` row reads conflict-free).
+    pub w_stride: u32,
     /// Carried state `Sᵀ` `(p4, n_stride)`, p-major.
     pub state: u32,
     /// Rotated, biased q̂ of the chunk `(rows, n_stride)`.
@@ -407,7 +409,7 @@ pub struct ForwardSmem {
     pub x: u32,
     /// Raw per-rank outputs y `(rows, p4)`.
     pub y: u32,
-    /// Raw scores `q̂·k̂` `(rows, rows)`.
+    /// Raw scores `q̂·k̂` `(rows, w_stride)`.
     pub w: u32,
     /// Score weights per pair of times `(cp, cp)`: `c_{i'}·exp(A_i − A_{i'})` below the
     /// diagonal, `γ_i` on it, 0 above.
@@ -449,13 +451,14 @@ impl ForwardSmem {
         let cp = chunk.div_ceil(tt) * tt;
         let rows = cp * r;
         let n_stride = n4 + 4;
+        let w_stride = rows + 4;
         let state = 0;
         let q = state + align4(p4 * n_stride);
         let k = q + align4(rows * n_stride);
         let x = k + align4(rows * n_stride);
         let y = x + align4(rows * p4);
         let w = y + align4(rows * p4);
-        let seg = w + align4(rows * rows);
+        let seg = w + align4(rows * w_stride);
         let a_cs = seg + align4(cp * cp);
         let exp_a = a_cs + align4(cp);
         let gamma = exp_a + align4(cp);
@@ -474,6 +477,7 @@ impl ForwardSmem {
             cp,
             rows,
             n_stride,
+            w_stride,
             state,
             q,
             k,
@@ -521,7 +525,7 @@ pub const fn forward_smem_bytes(r: u64, n: u64, p: u64, na: u64, chunk: u64) -> 
         a4(mul(p4, ns)),
         mul(2, a4(mul(rows, ns))),
         mul(2, a4(mul(rows, p4))),
-        a4(mul(rows, rows)),
+        a4(mul(rows, rows.saturating_add(4))),
         a4(mul(cp, cp)),
         mul(6, a4(cp)),
         a4(cp.saturating_add(1)),

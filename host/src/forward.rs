@@ -541,11 +541,7 @@ pub fn dispatch_paths_with_workspace(config: &ForwardConfig, sm_count: usize) ->
         return single;
     }
     match segment_state_kernel_for(config.dtype, config.rank) {
-        Some(k) => vec![
-            k.symbol(),
-            Kernel::SegmentCombineF32.symbol(),
-            single[0],
-        ],
+        Some(k) => vec![k.symbol(), Kernel::SegmentCombineF32.symbol(), single[0]],
         None => Vec::new(),
     }
 }
@@ -850,7 +846,10 @@ fn forward_impl<T: Activation>(
         let slots = (segments - 1) * config.batch * config.heads;
         let (st, th, _) = slot_parts(config);
         params.segments = segments as u32;
-        params.seg_chunks = config.seq_len.div_ceil(config.chunk_size).div_ceil(segments) as u32;
+        params.seg_chunks = config
+            .seq_len
+            .div_ceil(config.chunk_size)
+            .div_ceil(segments) as u32;
         params.seg_state = p;
         params.seg_theta = p + 4 * (slots * st) as u64;
         params.seg_decay = p + 4 * (slots * (st + th)) as u64;

@@ -44,7 +44,8 @@ use mamba3_abi::{
 
 use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
-use crate::arch::float::{fma_rn, to_tf32};
+use crate::arch::float::fma_rn;
+use crate::arch::ldmatrix::ldmatrix_x4;
 use crate::arch::mma::mma_m16n8k8_tf32_f32;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
@@ -53,7 +54,7 @@ use crate::arch::sreg::{
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
-use crate::frag::{a_m16k8_tf32, acc_m16n8, b_k8n8_tf32};
+use crate::frag::{a_m16k8_tf32, acc_m16n8, b_k8n8_tf32, ldmatrix_x4_tf32_a, ldmatrix_x4_tf32_b};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
 
 const T: u32 = FORWARD_THREADS;
@@ -335,6 +336,7 @@ unsafe fn qk_from_stage<const R: usize, X: Elem, const Q: bool>(
     prm: &ForwardParams,
     cx: &Ctx,
     len: u32,
+    tf32: bool,
 ) {
     let lay = &cx.lay;
     let half = cx.n / 2;
@@ -378,6 +380,14 @@ unsafe fn qk_from_stage<const R: usize, X: Elem, const Q: bool>(
                         ka = k0 * c - kb * s;
                         kb = k0 * s + kb * c;
                     }
+                }
+                if tf32 {
+                    (qa, qb, ka, kb) = (
+                        tf32_round(qa),
+                        tf32_round(qb),
+                        tf32_round(ka),
+                        tf32_round(kb),
+                    );
                 }
                 if Q {
                     st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
@@ -530,13 +540,15 @@ unsafe fn phase_angle_prefix_store(cx: &Ctx, len: u32, theta: [f64; ANGLE_ITEMS]
 
 /// Phase B: q̂ and k̂ (bias added, then rotated), zero in padding rows and columns; the score
 /// weights per pair of times. Without `Q` (the segment-state pass, which needs only k̂ for the
-/// state) the row-wise staged path skips q̂ and the score weights.
+/// state) the row-wise staged path skips q̂ and the score weights. With `tf32` (the tensor-core
+/// phases follow) q̂ and k̂ are stored rounded to TF32, the precision `mma` reads them in.
 #[inline(always)]
 unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
     prm: &ForwardParams,
     cx: &Ctx,
     c0: usize,
     len: u32,
+    tf32: bool,
 ) {
     let lay = &cx.lay;
     let half = cx.n / 2;
@@ -548,7 +560,7 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
         // Four (row, pair) items per step with their loads issued together (invalid ones read
         // element 0 and are discarded).
         let total = if cx.staged && row_staging::<R>() {
-            qk_from_stage::<R, X, Q>(prm, cx, len);
+            qk_from_stage::<R, X, Q>(prm, cx, len, tf32);
             0
         } else {
             lay.rows * pairs
@@ -631,6 +643,14 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
                         qb = q0 * s + qb * c;
                         ka = k0 * c - kb * s;
                         kb = k0 * s + kb * c;
+                    }
+                    if tf32 {
+                        (qa, qb, ka, kb) = (
+                            tf32_round(qa),
+                            tf32_round(qb),
+                            tf32_round(ka),
+                            tf32_round(kb),
+                        );
                     }
                     st_shared_f32(cx.sm(lay.q, rho * ns + ia), qa);
                     st_shared_f32(cx.sm(lay.q, rho * ns + ib), qb);
@@ -726,7 +746,7 @@ unsafe fn phase_scores<const R: usize>(cx: &Ctx, len: u32) {
     let tiles = (len * R as u32).div_ceil(4);
     let ns = lay.n_stride;
     let nq = lay.n4 / 4;
-    let ws = lay.rows;
+    let ws = lay.w_stride;
     // SAFETY (whole body): rows < ceil(len·R/4)·4 ≤ cp·R and columns < n4 lie inside the staged
     // regions.
     unsafe {
@@ -780,7 +800,7 @@ unsafe fn phase_outputs_raw<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
     let ns = lay.n_stride;
     let nq = lay.n4 / 4;
     let p4 = lay.p4;
-    let ws = lay.rows;
+    let ws = lay.w_stride;
     // SAFETY (whole body): rows < len·R, columns < n4 / p4 lie inside the staged regions.
     unsafe {
         let mut item = cx.tid;
@@ -995,109 +1015,62 @@ unsafe fn phase_state<const R: usize>(cx: &Ctx, len: u32) {
     }
 }
 
-/// Whether the f32 path's GEMMs also run on tensor cores, as three TF32 passes (see
-/// [`mma_step`]). Off: on the H200 (2026-11-29) that path was slower than the FMA phases (6.29 ms
-/// at H=64, B=1, S=2048; 4.85 ms back on FMA, with the parallel angle prefix, which alone saved
-/// ~0.5 ms) and its output error reached 2.6e-6 (N=256, C=8) against the 2e-6 target, the two
-/// small-term passes accumulating into the running sum.
-const F32_TENSOR_CORES: bool = false;
-
-/// Whether the tensor-core phases apply: GEMM dimensions that are whole 16-wide tiles (rows
-/// `cp·R`, N and P), and bf16 activations or [`F32_TENSOR_CORES`].
+/// Whether the tensor-core phases apply: bf16 activations and GEMM dimensions that are whole
+/// 16-wide tiles (rows `cp·R`, N and P). The f32 path stays on the FMA phases: a three-pass TF32
+/// split (hi·hi + hi·lo + lo·hi) was measured slower than FMA on the H200 (2026-11-29: 6.29 ms vs
+/// 4.85 ms at H=64, B=1, S=2048) and reached 2.6e-6 at N=256, C=8 against the 2e-6 target.
 #[inline(always)]
 fn use_mma<X: Elem>(cx: &Ctx) -> bool {
-    (X::BYTES == 2 || F32_TENSOR_CORES)
+    X::BYTES == 2
         && cx.lay.rows.is_multiple_of(16)
         && cx.n.is_multiple_of(16)
         && cx.p.is_multiple_of(16)
 }
 
-/// Operand A (16 rows × 16 deep) of one [`mma_step`]: per 8-deep half `h`, the values rounded to
-/// TF32 in `hi[h]`; the f32 path also keeps the rest `lo[h]` (value = hi + lo, both TF32).
-#[derive(Clone, Copy)]
-struct AOp {
-    hi: [[u32; 4]; 2],
-    lo: [[u32; 4]; 2],
-}
-
-/// Operand B (16 deep × 8 columns) of one [`mma_step`], laid out like [`AOp`].
-#[derive(Clone, Copy)]
-struct BOp {
-    hi: [[u32; 2]; 2],
-    lo: [[u32; 2]; 2],
-}
-
-/// `v = hi + lo` with both parts TF32 (`lo` carries the bits TF32 drops from `hi`).
+/// TF32 bit pattern of the f32 bit pattern `bits`: nearest, ties away from zero, exactly what
+/// `cvt.rna.tf32.f32` gives for finite values, in two integer operations.
 #[inline(always)]
-fn tf32_split(v: f32) -> (u32, u32) {
-    let hi = to_tf32(v);
-    (hi, to_tf32(v - f32::from_bits(hi)))
+fn tf32_bits(bits: u32) -> u32 {
+    bits.wrapping_add(0x1000) & !0x1fff
 }
 
-/// This lane's operand A of the 16×16 matrix whose element (row, k) is `at`.
+/// `v` rounded to TF32 (as an f32): how q̂, k̂ and the weighted scores are stored for the
+/// tensor-core phases, which then feed them to `mma` as loaded.
 #[inline(always)]
-fn a_op<X: Elem>(lane: u32, at: impl Fn(u32, u32) -> f32) -> AOp {
-    let mut op = AOp {
-        hi: [[0; 4]; 2],
-        lo: [[0; 4]; 2],
-    };
-    for h in 0..2 {
-        for i in 0..4 {
-            let (r, c) = a_m16k8_tf32(lane, i as u32);
-            (op.hi[h][i], op.lo[h][i]) = tf32_split(at(r, c + 8 * h as u32));
-        }
-    }
-    op
+fn tf32_round(v: f32) -> f32 {
+    f32::from_bits(tf32_bits(v.to_bits()))
 }
 
-/// This lane's operand B of the 16×8 matrix whose element (k, n) is `at`.
+/// Shared address of this lane's `ldmatrix .x4` row for the TF32 A operand (16 rows × 8 deep) of
+/// the row-major f32 tile at `tile` with row stride `stride` (in f32).
 #[inline(always)]
-fn b_op<X: Elem>(lane: u32, at: impl Fn(u32, u32) -> f32) -> BOp {
-    let mut op = BOp {
-        hi: [[0; 2]; 2],
-        lo: [[0; 2]; 2],
-    };
-    for h in 0..2 {
-        for i in 0..2 {
-            let (k, n) = b_k8n8_tf32(lane, i as u32);
-            (op.hi[h][i], op.lo[h][i]) = tf32_split(at(k + 8 * h as u32, n));
-        }
-    }
-    op
+fn a_rows_tf32(tile: u32, stride: u32, lane: u32) -> u32 {
+    let (r, c) = ldmatrix_x4_tf32_a(lane);
+    tile + 4 * (r * stride + c)
 }
 
-/// `acc += A·B` over 16 deep, per 8-deep half: for bf16 activations one TF32 pass (as fast here
-/// as a bf16 `mma`, the operands being built from f32 shared memory either way, and with 8× less
-/// rounding error than bf16 operands, which brought the output error near the 1e-2 bound); for
-/// f32 the three TF32 passes lo·hi, hi·lo, hi·hi (small terms first), which keep f32 accuracy
-/// where one pass would lose three decimal digits. The unused `lo` parts of the bf16 path are
-/// dead code to the compiler.
+/// Shared address of this lane's `ldmatrix .x4` row for two TF32 B operands (8 deep × 8 columns
+/// each, columns 0–7 and 8–15) of the tile stored column by column (`tile` + column · `stride`
+/// f32 + depth).
 #[inline(always)]
-fn mma_step<X: Elem>(acc: &mut [f32; 4], a: &AOp, b: &BOp) {
-    if X::BYTES == 2 {
-        for h in 0..2 {
-            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.hi[h]);
-        }
-    } else {
-        for h in 0..2 {
-            mma_m16n8k8_tf32_f32(acc, a.lo[h], b.hi[h]);
-            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.lo[h]);
-            mma_m16n8k8_tf32_f32(acc, a.hi[h], b.hi[h]);
-        }
-    }
+fn b_rows_tf32(tile: u32, stride: u32, lane: u32) -> u32 {
+    let (r, c) = ldmatrix_x4_tf32_b(lane);
+    tile + 4 * (r * stride + c)
 }
 
 /// Phase C on tensor cores: weighted scores `W[ρ,ρ'] = w(i,i')·q̂_ρ·k̂_ρ'` per 16×16 block with
 /// `ρ'`-block ≤ `ρ`-block (later blocks hold only later times, as 16 is a multiple of R), one warp
-/// per block; blocks past the chunk's live rows are skipped (phase D skips them too).
+/// per block; blocks past the chunk's live rows are skipped (phase D skips them too). q̂ and k̂
+/// are stored TF32-rounded, so both operands come straight from `ldmatrix`.
 #[inline(always)]
-unsafe fn phase_scores_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
+unsafe fn phase_scores_mma<const R: usize>(cx: &Ctx, len: u32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
-    let ws = lay.rows;
+    let ws = lay.w_stride;
     let (warp, lane) = (cx.tid / 32, cx.tid % 32);
     let live = (len * R as u32).div_ceil(16);
-    // SAFETY (whole body): rows < 16·live ≤ rows and columns < N lie inside the staged regions.
+    // SAFETY (whole body): rows < 16·live ≤ rows and columns < N lie inside the staged regions;
+    // all 32 lanes of a warp take the same items.
     unsafe {
         let mut item = warp;
         while item < live * live {
@@ -1105,18 +1078,15 @@ unsafe fn phase_scores_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
             let nb = item - mb * live;
             if nb <= mb {
                 let mut acc = [[0.0f32; 4]; 2];
-                let q_blk = cx.sm(lay.q, 16 * mb * ns);
-                let k_blk = cx.sm(lay.k, 16 * nb * ns);
+                let a_row = a_rows_tf32(cx.sm(lay.q, 16 * mb * ns), ns, lane);
+                let b_row = b_rows_tf32(cx.sm(lay.k, 16 * nb * ns), ns, lane);
                 let mut kk = 0;
                 while kk < cx.n {
-                    let a = a_op::<X>(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
-                    for (t, acc_t) in acc.iter_mut().enumerate() {
-                        let b = b_op::<X>(lane, |k, n| {
-                            ld_shared_f32(k_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
-                        });
-                        mma_step::<X>(acc_t, &a, &b);
-                    }
-                    kk += 16;
+                    let a = ldmatrix_x4(a_row + 4 * kk);
+                    let b = ldmatrix_x4(b_row + 4 * kk);
+                    mma_m16n8k8_tf32_f32(&mut acc[0], a, [b[0], b[1]]);
+                    mma_m16n8k8_tf32_f32(&mut acc[1], a, [b[2], b[3]]);
+                    kk += 8;
                 }
                 for (t, acc_t) in acc.iter().enumerate() {
                     for (slot, v) in acc_t.iter().enumerate() {
@@ -1126,7 +1096,7 @@ unsafe fn phase_scores_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
                         let w = ld_shared_f32(
                             cx.sm(lay.seg, rho / R as u32 * lay.cp + rho2 / R as u32),
                         );
-                        st_shared_f32(cx.sm(lay.w, rho * ws + rho2), v * w);
+                        st_shared_f32(cx.sm(lay.w, rho * ws + rho2), tf32_round(v * w));
                     }
                 }
             }
@@ -1136,36 +1106,37 @@ unsafe fn phase_scores_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
 }
 
 /// Phase D on tensor cores: `y = exp(A_i)·q̂ Sᵀ + W x + D·x` per 16×16 (row, p) block, one warp
-/// per block; the state is rounded for the product only (it stays f32 in shared memory).
+/// per block. q̂ and W come TF32-rounded from `ldmatrix`; the state is loaded the same way and
+/// rounded in registers (it stays f32 in shared memory); x, stored p-contiguous, is read element
+/// by element from per-lane base addresses.
 #[inline(always)]
-unsafe fn phase_outputs_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
+unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
-    let ws = lay.rows;
+    let ws = lay.w_stride;
     let p4 = lay.p4;
     let (warp, lane) = (cx.tid / 32, cx.tid % 32);
     let live = (len * R as u32).div_ceil(16);
     let pb = cx.p / 16;
+    // This lane's (k, n) of the B operand: x rows k and k + 4, column n of each 8-wide tile.
+    let (xk, xn) = b_k8n8_tf32(lane, 0);
     // SAFETY (whole body): rows < 16·live, p < P and n < N lie inside the staged regions; the
-    // weighted scores of blocks kb ≤ mb were written by phase C.
+    // weighted scores of blocks kb ≤ mb were written by phase C; all lanes take the same items.
     unsafe {
         let mut item = warp;
         while item < live * pb {
             let mb = item / pb;
             let nb = item - mb * pb;
             let mut acc = [[0.0f32; 4]; 2];
-            let q_blk = cx.sm(lay.q, 16 * mb * ns);
-            let s_blk = cx.sm(lay.state, 16 * nb * ns);
+            let a_row = a_rows_tf32(cx.sm(lay.q, 16 * mb * ns), ns, lane);
+            let b_row = b_rows_tf32(cx.sm(lay.state, 16 * nb * ns), ns, lane);
             let mut kk = 0;
             while kk < cx.n {
-                let a = a_op::<X>(lane, |r, c| ld_shared_f32(q_blk + 4 * (r * ns + kk + c)));
-                for (t, acc_t) in acc.iter_mut().enumerate() {
-                    let b = b_op::<X>(lane, |k, n| {
-                        ld_shared_f32(s_blk + 4 * ((8 * t as u32 + n) * ns + kk + k))
-                    });
-                    mma_step::<X>(acc_t, &a, &b);
-                }
-                kk += 16;
+                let a = ldmatrix_x4(a_row + 4 * kk);
+                let s = ldmatrix_x4(b_row + 4 * kk).map(tf32_bits);
+                mma_m16n8k8_tf32_f32(&mut acc[0], a, [s[0], s[1]]);
+                mma_m16n8k8_tf32_f32(&mut acc[1], a, [s[2], s[3]]);
+                kk += 8;
             }
             for acc_t in acc.iter_mut() {
                 for (slot, v) in acc_t.iter_mut().enumerate() {
@@ -1173,15 +1144,21 @@ unsafe fn phase_outputs_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32, d_h: f3
                     *v *= ld_shared_f32(cx.sm(lay.exp_a, (16 * mb + r) / R as u32));
                 }
             }
+            let w_row = a_rows_tf32(cx.sm(lay.w, 16 * mb * ws), ws, lane);
+            let x_lane = cx.sm(lay.x, xk * p4 + 16 * nb + xn);
             let mut kb = 0;
             while kb <= mb {
-                let w_blk = cx.sm(lay.w, 16 * mb * ws + 16 * kb);
-                let a = a_op::<X>(lane, |r, c| ld_shared_f32(w_blk + 4 * (r * ws + c)));
-                for (t, acc_t) in acc.iter_mut().enumerate() {
-                    let b = b_op::<X>(lane, |k, n| {
-                        ld_shared_f32(cx.sm(lay.x, (16 * kb + k) * p4 + 16 * nb + 8 * t as u32 + n))
-                    });
-                    mma_step::<X>(acc_t, &a, &b);
+                for half in 0..2u32 {
+                    let a = ldmatrix_x4(w_row + 4 * (16 * kb + 8 * half));
+                    let x0 = x_lane + 4 * (16 * kb + 8 * half) * p4;
+                    for (t, acc_t) in acc.iter_mut().enumerate() {
+                        let xt = x0 + 32 * t as u32;
+                        let b = [
+                            tf32_bits(ld_shared_u32(xt)),
+                            tf32_bits(ld_shared_u32(xt + 16 * p4)),
+                        ];
+                        mma_m16n8k8_tf32_f32(acc_t, a, b);
+                    }
                 }
                 kb += 1;
             }
@@ -1199,16 +1176,23 @@ unsafe fn phase_outputs_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32, d_h: f3
 }
 
 /// Phase F's state pass on tensor cores: `S ← exp(A_last)·S + Σ_ρ x_ρ (exp(Ā_i)·c_i·k̂_ρ)ᵀ` per
-/// 16×16 (p, n) block, one warp per block, over the chunk's live 16-row blocks.
+/// 16×16 (p, n) block, one warp per block, over the chunk's live 16-row blocks. Both operands
+/// are stored with the summed index ρ outermost, which `ldmatrix` (b16 transposes only) cannot
+/// turn, so they are read element by element from per-lane base addresses and rounded in
+/// registers.
 #[inline(always)]
-unsafe fn phase_state_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
+unsafe fn phase_state_mma<const R: usize>(cx: &Ctx, len: u32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
     let p4 = lay.p4;
     let (warp, lane) = (cx.tid / 32, cx.tid % 32);
     let live = (len * R as u32).div_ceil(16);
     let (pb, nb_count) = (cx.p / 16, cx.n / 16);
-    // SAFETY (whole body): p < P, n < N and rows < 16·live lie inside the staged regions.
+    // This lane's A element (row m = p, column k = ρ) and B element (row k = ρ, column n).
+    let (am, ak) = a_m16k8_tf32(lane, 0);
+    let (bk, bn) = b_k8n8_tf32(lane, 0);
+    // SAFETY (whole body): p < P, n < N and rows < 16·live lie inside the staged regions; all
+    // lanes take the same items.
     unsafe {
         let decay = ld_shared_f32(cx.sm(lay.exp_a, len - 1));
         let mut item = warp;
@@ -1223,20 +1207,29 @@ unsafe fn phase_state_mma<X: Elem, const R: usize>(cx: &Ctx, len: u32) {
                     *v = decay * ld_shared_f32(s_blk + 4 * (r * ns + 8 * t as u32 + c));
                 }
             }
-            let mut kb = 0;
-            while kb < live {
-                let a = a_op::<X>(lane, |r, c| {
-                    ld_shared_f32(cx.sm(lay.x, (16 * kb + c) * p4 + 16 * mb + r))
-                });
+            let x_lane = cx.sm(lay.x, ak * p4 + 16 * mb + am);
+            let k_lane = cx.sm(lay.k, bk * ns + 16 * nb + bn);
+            let mut rho0 = 0;
+            while rho0 < 16 * live {
+                let xa = x_lane + 4 * rho0 * p4;
+                let a = [
+                    tf32_bits(ld_shared_u32(xa)),
+                    tf32_bits(ld_shared_u32(xa + 32)),
+                    tf32_bits(ld_shared_u32(xa + 16 * p4)),
+                    tf32_bits(ld_shared_u32(xa + 16 * p4 + 32)),
+                ];
+                let ks0 = ld_shared_f32(cx.sm(lay.k_scale, (rho0 + bk) / R as u32));
+                let ks1 = ld_shared_f32(cx.sm(lay.k_scale, (rho0 + bk + 4) / R as u32));
+                let kb = k_lane + 4 * rho0 * ns;
                 for (t, acc_t) in acc.iter_mut().enumerate() {
-                    let b = b_op::<X>(lane, |k, n| {
-                        let rho = 16 * kb + k;
-                        ld_shared_f32(cx.sm(lay.k_scale, rho / R as u32))
-                            * ld_shared_f32(cx.sm(lay.k, rho * ns + 16 * nb + 8 * t as u32 + n))
-                    });
-                    mma_step::<X>(acc_t, &a, &b);
+                    let kt = kb + 32 * t as u32;
+                    let b = [
+                        tf32_bits((ks0 * ld_shared_f32(kt)).to_bits()),
+                        tf32_bits((ks1 * ld_shared_f32(kt + 16 * ns)).to_bits()),
+                    ];
+                    mma_m16n8k8_tf32_f32(acc_t, a, b);
                 }
-                kb += 1;
+                rho0 += 8;
             }
             for (t, acc_t) in acc.iter().enumerate() {
                 for (slot, v) in acc_t.iter().enumerate() {
@@ -1501,10 +1494,11 @@ pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: b
                 phase_angle_prefix(&cx, len);
             }
             sync_threads();
+            let mma = use_mma::<X>(&cx);
             if STATES_ONLY {
-                phase_stage_qk::<X, R, false>(prm, &cx, c0, len);
+                phase_stage_qk::<X, R, false>(prm, &cx, c0, len, mma);
             } else {
-                phase_stage_qk::<X, R, true>(prm, &cx, c0, len);
+                phase_stage_qk::<X, R, true>(prm, &cx, c0, len, mma);
             }
             sync_threads();
             // The staging region is free from here to the end of the chunk: fetch the next one.
@@ -1512,16 +1506,15 @@ pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: b
             if cx.staged && next < t_end {
                 stage_raw::<X, R>(prm, &cx, next as usize, (t_end - next).min(chunk32));
             }
-            let mma = use_mma::<X>(&cx);
             if !STATES_ONLY {
                 if mma {
-                    phase_scores_mma::<X, R>(&cx, len);
+                    phase_scores_mma::<R>(&cx, len);
                 } else {
                     phase_scores::<R>(&cx, len);
                 }
                 sync_threads();
                 if mma {
-                    phase_outputs_mma::<X, R>(&cx, len, d_h);
+                    phase_outputs_mma::<R>(&cx, len, d_h);
                 } else {
                     phase_outputs_raw::<R>(&cx, len, d_h);
                 }
@@ -1535,7 +1528,7 @@ pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: b
                 decay *= ld_shared_f32(cx.sm(lay.exp_a, len - 1));
             }
             if mma {
-                phase_state_mma::<X, R>(&cx, len);
+                phase_state_mma::<R>(&cx, len);
             } else {
                 phase_state::<R>(&cx, len);
             }

@@ -56,3 +56,23 @@ pub const fn ldmatrix_x4(lane: u32, half: u32) -> (u32, u32) {
 pub const fn ldmatrix_x4_trans(lane: u32, half: u32) -> (u32, u32) {
     (2 * (lane % 4) + half, lane / 4)
 }
+
+/// Row and column (in f32 elements) of the row address `lane` gives to `ldmatrix .x4` so that the
+/// four registers are the TF32 A operand (a0..a3, see [`a_m16k8_tf32`]) of a row-major 16×8 f32
+/// tile: each 8×8 b16 matrix of `ldmatrix` is an 8×4 block of f32, lane `l` receiving word `l%4`
+/// of row `l/4`; matrices 0–3 are rows 0–7 / 8–15 at columns 0–3, then the same at columns 4–7.
+#[inline(always)]
+pub const fn ldmatrix_x4_tf32_a(lane: u32) -> (u32, u32) {
+    let matrix = lane / 8;
+    (lane % 8 + 8 * (matrix % 2), 4 * (matrix / 2))
+}
+
+/// As [`ldmatrix_x4_tf32_a`] for two TF32 B operands (b0, b1 of [`b_k8n8_tf32`] for columns 0–7,
+/// then for columns 8–15) of an 8-deep tile stored column by column (row `n` of the stored tile
+/// is column `n` of B, depth contiguous): matrices 0–3 are stored rows 0–7 at depth 0–3 and 4–7,
+/// then rows 8–15 at depth 0–3 and 4–7.
+#[inline(always)]
+pub const fn ldmatrix_x4_tf32_b(lane: u32) -> (u32, u32) {
+    let matrix = lane / 8;
+    (lane % 8 + 8 * (matrix / 2), 4 * (matrix % 2))
+}

@@ -36,9 +36,9 @@ use crate::chunked_forward::split_f64;
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
+use crate::math::sincos;
 #[cfg(target_arch = "nvptx64")]
 use mamba3_abi::ForwardParams;
-use crate::math::sincos;
 
 const T: u32 = SEGMENT_COMBINE_THREADS;
 

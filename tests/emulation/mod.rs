@@ -262,6 +262,31 @@ pub mod arch {
         }
     }
 
+    /// Emulated `ldmatrix`: the warp's lanes post their row addresses, then each lane reads its
+    /// word of every matrix (checked shared reads of this thread).
+    pub mod ldmatrix {
+        use std::sync::atomic::Ordering;
+
+        pub unsafe fn ldmatrix_x4(row_addr: u32) -> [u32; 4] {
+            if !row_addr.is_multiple_of(16) {
+                super::super::fail(format!("unaligned ldmatrix row address {row_addr}"));
+            }
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            launch.warp_slots[tid as usize].store(row_addr, Ordering::Relaxed);
+            launch.warp_barriers[warp].wait();
+            let mut out = [0u32; 4];
+            for (m, o) in out.iter_mut().enumerate() {
+                let src = warp * 32 + 8 * m + (lane / 4) as usize;
+                let row = launch.warp_slots[src].load(Ordering::Relaxed);
+                *o = super::super::smem_read(row + 4 * (lane % 4));
+            }
+            launch.warp_barriers[warp].wait();
+            out
+        }
+    }
+
     pub mod cp_async {
         /// Copies at once: the kernel reads the destination only after `wait_group` and a
         /// barrier, so the race check sees the copy as a write of the issuing thread.
