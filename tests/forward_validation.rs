@@ -2,7 +2,8 @@
 //! its value and the rule, before anything touches a GPU.
 
 use mamba3::forward::{
-    dispatch_paths, validate, validate_config, Dtype, ForwardConfig, ForwardLens,
+    dispatch_paths, dispatch_paths_with_workspace, sequence_segments, validate, validate_config,
+    workspace_len, Dtype, ForwardConfig, ForwardLens, MAX_SEGMENTS, MIN_SEGMENT_CHUNKS,
 };
 use mamba3::golden::{OutputMode, Rotation};
 use mamba3::Error;
@@ -391,6 +392,87 @@ fn dispatch_names_one_kernel_per_dtype_and_rank() {
         for rank in [1, 2, 4, 8] {
             for sym in dispatch_paths(&ForwardConfig { dtype, rank, ..c }) {
                 assert!(entries.contains(&sym), "{sym} is not in the PTX");
+            }
+        }
+    }
+}
+
+/// The split covers the sequence with K non-empty segments of whole chunks (the last possibly
+/// shorter), K·B·H blocks within one wave of one block per SM, and only when B·H leaves SMs idle;
+/// the workspace and the dispatched kernels follow it.
+#[test]
+fn sequence_split_covers_the_sequence_within_one_wave() {
+    let base = ForwardConfig {
+        batch: 1,
+        heads: 64,
+        seq_len: 2048,
+        chunk_size: 16,
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        groups: 1,
+        ..config()
+    };
+    assert_eq!(sequence_segments(&base, 132), 2);
+    assert_eq!(
+        dispatch_paths_with_workspace(&base, 132),
+        vec![
+            "segment_state_bf16_r4",
+            "segment_combine_f32",
+            "forward_fma_bf16_r4"
+        ]
+    );
+    assert_eq!(workspace_len(&base, 132), 64 * (64 * 128 + 2 * 32 + 1));
+    for sms in [1usize, 16, 66, 108, 132, 1000] {
+        for (batch, heads) in [
+            (1usize, 1usize),
+            (1, 2),
+            (1, 32),
+            (1, 64),
+            (2, 16),
+            (8, 64),
+            (3, 5),
+        ] {
+            for (seq_len, chunk_size) in [
+                (1usize, 16usize),
+                (5, 1),
+                (33, 16),
+                (100, 7),
+                (2048, 16),
+                (32768, 16),
+            ] {
+                let c = ForwardConfig {
+                    batch,
+                    heads,
+                    groups: 1,
+                    seq_len,
+                    chunk_size,
+                    ..base
+                };
+                let rows = batch * heads;
+                let chunks = seq_len.div_ceil(chunk_size);
+                let k = sequence_segments(&c, sms);
+                if k == 1 {
+                    assert_eq!(workspace_len(&c, sms), 0);
+                    assert_eq!(dispatch_paths_with_workspace(&c, sms), dispatch_paths(&c));
+                    continue;
+                }
+                assert!(
+                    k <= MAX_SEGMENTS && k * rows <= sms,
+                    "{c:?} on {sms} SMs: K = {k}"
+                );
+                // The kernel's segments: whole chunks, `chunks.div_ceil(k)` each, none empty.
+                let per = chunks.div_ceil(k);
+                assert!(per >= MIN_SEGMENT_CHUNKS, "{c:?}: K = {k}");
+                assert!(
+                    (k - 1) * per < chunks,
+                    "{c:?}: K = {k} leaves a segment empty"
+                );
+                assert_eq!(dispatch_paths_with_workspace(&c, sms).len(), 3);
+                assert_eq!(
+                    workspace_len(&c, sms),
+                    (k - 1) * rows * (c.head_dim * c.state_dim + 2 * c.num_angles + 1)
+                );
             }
         }
     }
