@@ -22,6 +22,12 @@ pub mod rotation {
     pub const PAIRWISE: u32 = 1;
 }
 
+pub mod backward;
+pub use backward::{
+    backward_smem_bytes, BackwardParams, BackwardSlots, BackwardSmem, BackwardWorkspace,
+    BACKWARD_THREADS,
+};
+
 /// Warps per block of the decode kernel.
 pub const DECODE_WARPS: u32 = 4;
 
@@ -216,6 +222,13 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         prefix: "decode_bf16_r8",
         max_threads: 32 * DECODE_WARPS,
         min_blocks_per_sm: 3,
+    },
+    // The backward's per-head kernel runs one block per (head, batch row); its shared memory
+    // (≥ 64 KiB at the upstream sizes) already limits residency, so only the block size is fixed.
+    LaunchBounds {
+        prefix: "backward_",
+        max_threads: BACKWARD_THREADS,
+        min_blocks_per_sm: 1,
     },
     LaunchBounds {
         prefix: "decode_",

@@ -10,6 +10,7 @@
 
 pub mod angles;
 pub mod arch;
+pub mod backward_recurrent;
 pub mod decode;
 pub mod chunked_forward;
 pub mod elem;
