@@ -49,11 +49,19 @@ pub enum Kernel {
     ForwardFmaBf16R4,
     /// Chunked forward, FMA path, bf16 activations, rank 8.
     ForwardFmaBf16R8,
+    /// Backward, per-(head, batch row) reverse sweep, f32 activations.
+    BackwardHeadF32,
+    /// Backward, per-(head, batch row) reverse sweep, bf16 activations.
+    BackwardHeadBf16,
+    /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, f32.
+    BackwardReduceF32,
+    /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, bf16.
+    BackwardReduceBf16,
 }
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 22] = [
+    pub const ALL: [Kernel; 26] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -76,6 +84,10 @@ impl Kernel {
         Kernel::ForwardFmaBf16R2,
         Kernel::ForwardFmaBf16R4,
         Kernel::ForwardFmaBf16R8,
+        Kernel::BackwardHeadF32,
+        Kernel::BackwardHeadBf16,
+        Kernel::BackwardReduceF32,
+        Kernel::BackwardReduceBf16,
     ];
 
     /// Its symbol in the PTX (`.entry` name).
@@ -103,6 +115,10 @@ impl Kernel {
             Kernel::ForwardFmaBf16R2 => "forward_fma_bf16_r2",
             Kernel::ForwardFmaBf16R4 => "forward_fma_bf16_r4",
             Kernel::ForwardFmaBf16R8 => "forward_fma_bf16_r8",
+            Kernel::BackwardHeadF32 => "backward_head_f32",
+            Kernel::BackwardHeadBf16 => "backward_head_bf16",
+            Kernel::BackwardReduceF32 => "backward_reduce_f32",
+            Kernel::BackwardReduceBf16 => "backward_reduce_bf16",
         }
     }
 
