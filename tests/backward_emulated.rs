@@ -326,7 +326,11 @@ fn check(case: &Case, seed: u64) -> f64 {
         );
         let e = rel_err(o, rf);
         line.push_str(&format!(" {name} {e:.1e}"));
-        assert!(e <= tol, "{name}: error {e:e} above {tol:e} ({:?})", case.geo);
+        assert!(
+            e <= tol,
+            "{name}: error {e:e} above {tol:e} ({:?})",
+            case.geo
+        );
         worst = worst.max(e);
     }
     eprintln!(

@@ -182,15 +182,12 @@ impl BackwardWorkspace {
         let nseg = if l == 0 { 0 } else { s.div_ceil(l) };
         BackwardWorkspace {
             ckpt: bh.saturating_mul(nseg).saturating_mul(state),
-            seg: bh.saturating_mul(if l < s { l } else { s }).saturating_mul(state),
+            seg: bh
+                .saturating_mul(if l < s { l } else { s })
+                .saturating_mul(state),
             cs: bh.saturating_mul(s).saturating_mul(2 * na),
-            dqkh: bh
-                .saturating_mul(s)
-                .saturating_mul(r)
-                .saturating_mul(n),
-            slots: bh.saturating_mul(
-                BackwardSlots::new(r as u32, n as u32, p as u32).len as u64,
-            ),
+            dqkh: bh.saturating_mul(s).saturating_mul(r).saturating_mul(n),
+            slots: bh.saturating_mul(BackwardSlots::new(r as u32, n as u32, p as u32).len as u64),
         }
     }
 }

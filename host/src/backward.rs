@@ -232,7 +232,10 @@ pub fn backward_shared_memory_bytes(config: &ForwardConfig) -> u64 {
 }
 
 /// The gradient lengths `config` expects, given whether a norm weight is passed.
-pub fn expected_gradient_lens(config: &ForwardConfig, with_norm_weight: bool) -> Option<GradientLens> {
+pub fn expected_gradient_lens(
+    config: &ForwardConfig,
+    with_norm_weight: bool,
+) -> Option<GradientLens> {
     let want = config.expected_lens(false)?;
     Some(GradientLens {
         q: want.q,
@@ -249,7 +252,11 @@ pub fn expected_gradient_lens(config: &ForwardConfig, with_norm_weight: bool) ->
         mimo_z: want.mimo_z,
         mimo_o: want.mimo_o,
         d: want.d,
-        norm_weight: if with_norm_weight { want.norm_weight } else { None },
+        norm_weight: if with_norm_weight {
+            want.norm_weight
+        } else {
+            None
+        },
     })
 }
 
@@ -305,7 +312,10 @@ pub fn validate_backward(
         return Err(Error::invalid(
             "dout",
             format!("{dout} elements"),
-            format!("must hold {letters} = {} elements (the output's shape)", want.out),
+            format!(
+                "must hold {letters} = {} elements (the output's shape)",
+                want.out
+            ),
         ));
     }
     let g = expected_gradient_lens(config, inputs.norm_weight.is_some())
@@ -325,8 +335,9 @@ pub fn validate_backward(
     grad_rule("grads.mimo_o", grads.mimo_o, g.mimo_o)?;
     grad_rule("grads.d", grads.d, g.d)?;
     grad_rule("grads.norm_weight", grads.norm_weight, g.norm_weight)?;
-    let ws = workspace_len(config)
-        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "workspace size overflows usize"))?;
+    let ws = workspace_len(config).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
     if workspace < ws {
         return Err(Error::invalid(
             "workspace",
@@ -406,7 +417,13 @@ pub fn backward<T: Activation>(
         out: 0,
         states: None,
     };
-    validate_backward(config, &input_lens, dout.len(), &grads.lens(), workspace.len())?;
+    validate_backward(
+        config,
+        &input_lens,
+        dout.len(),
+        &grads.lens(),
+        workspace.len(),
+    )?;
     let (head, reduce) = kernels_for(config.dtype);
     let smem = backward_shared_memory_bytes(config);
     let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
@@ -414,8 +431,9 @@ pub fn backward<T: Activation>(
         needed: usize::try_from(smem).unwrap_or(usize::MAX),
         max: gpu.max_shared_memory_optin(),
     })?;
-    let parts = workspace_parts(config)
-        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "workspace size overflows usize"))?;
+    let parts = workspace_parts(config).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
 
     let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(40);
     let mut ins: Vec<Range> = Vec::with_capacity(20);
@@ -565,8 +583,9 @@ pub fn backward_alloc<T: Activation>(
     crate::forward::validate_config(config)?;
     let g = expected_gradient_lens(config, inputs.norm_weight.is_some())
         .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "tensor sizes overflow usize"))?;
-    let ws_len = workspace_len(config)
-        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "workspace size overflows usize"))?;
+    let ws_len = workspace_len(config).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
     let e = || Error::driver("allocating backward gradients");
     let act = |n: usize| stream.alloc_zeros::<T>(n).map_err(e());
     let f32s = |n: usize| stream.alloc_zeros::<f32>(n).map_err(e());

@@ -245,7 +245,10 @@ unsafe fn load_token<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, slot: u3
         while e < rp {
             let r = e / cx.p;
             let pp = e - r * cx.p;
-            let mv = ldg(prm.mimo_v, (cx.h * cx.r as usize) * cx.p as usize + e as usize);
+            let mv = ldg(
+                prm.mimo_v,
+                (cx.h * cx.r as usize) * cx.p as usize + e as usize,
+            );
             let v = X::load(prm.v, cx.vz_index(t, pp));
             st_shared_f32(cx.sm(lay.x, slot * rp + e), v * mv);
             e += T;
@@ -257,7 +260,13 @@ unsafe fn load_token<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, slot: u3
 /// `H ← α_t H + β_t Σ_r x_{t−1,r} k̂_{t−1,r}ᵀ + γ_t Σ_r x_{t,r} k̂_{t,r}ᵀ` (no β-term at t = 0),
 /// with the new state also stored at `dst` (element offset in `dst_base`) when `dst_base ≠ 0`.
 #[inline(always)]
-unsafe fn advance_state<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, dst_base: u64, dst: usize) {
+unsafe fn advance_state<X: Elem>(
+    prm: &BackwardParams,
+    cx: &Ctx,
+    t: usize,
+    dst_base: u64,
+    dst: usize,
+) {
     let lay = &cx.lay;
     let (rn, rp) = (cx.r * cx.n, cx.r * cx.p);
     let cur = (t % 2) as u32;
@@ -686,7 +695,13 @@ unsafe fn token_finish<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, co: &C
 /// `α = e^a`, `β = (1−λ)Δα`, `γ = λΔ`, `λ = σ(τ)`, plus the θ path of ∂Δ (spec §5.3–5.5 in step
 /// form), written to dadt, ddt and dtrap.
 #[inline(always)]
-unsafe fn token_scalars_out<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, co: &Coefs, red: [f32; 3]) {
+unsafe fn token_scalars_out<X: Elem>(
+    prm: &BackwardParams,
+    cx: &Ctx,
+    t: usize,
+    co: &Coefs,
+    red: [f32; 3],
+) {
     let [d_alpha, d_gamma, d_beta] = red;
     // SAFETY (whole body): t < S; `ddt_angle` holds Na words.
     unsafe {
@@ -760,7 +775,11 @@ pub unsafe fn backward_head<X: Elem>(prm: &BackwardParams) {
         seg_slots: seg_len.min(s_len),
         half_split: prm.rotation == rotation::HALF_SPLIT,
         // SAFETY: h < H.
-        d_h: if prm.d != 0 { unsafe { ldg(prm.d, h) } } else { 0.0 },
+        d_h: if prm.d != 0 {
+            unsafe { ldg(prm.d, h) }
+        } else {
+            0.0
+        },
     };
     let (rn, rp) = (cx.r * cx.n, cx.r * cx.p);
     // SAFETY (whole body): the launch contract; phases are separated by block barriers.
@@ -777,7 +796,8 @@ pub unsafe fn backward_head<X: Elem>(prm: &BackwardParams) {
             while j < cx.na {
                 let slot = cx.sm(lay.theta, 2 * j);
                 let ai = ((b * s_len + t) * heads + h) * cx.na as usize + j as usize;
-                let acc = ld_shared_f64(slot) + angle_increment(ldg(prm.angles, ai), ldg(prm.dt, cx.row + t));
+                let acc = ld_shared_f64(slot)
+                    + angle_increment(ldg(prm.angles, ai), ldg(prm.dt, cx.row + t));
                 st_shared_f64(slot, acc);
                 let (s, c) = sincos(reduced_f32(acc));
                 let ci = cx.cs_index(t, j);
@@ -896,7 +916,11 @@ pub unsafe fn backward_head<X: Elem>(prm: &BackwardParams) {
         ] {
             let mut e = cx.tid;
             while e < len {
-                stg(prm.slots, base + (off + e) as usize, ld_shared_f32(cx.sm(region, e)));
+                stg(
+                    prm.slots,
+                    base + (off + e) as usize,
+                    ld_shared_f32(cx.sm(region, e)),
+                );
                 e += T;
             }
         }
