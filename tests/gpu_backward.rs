@@ -21,7 +21,7 @@ use mamba3::golden::{
 };
 use mamba3::{Error, Gpu};
 
-use common::{geo, opts, quantize, rel_err};
+use common::{geo, grad_err, opts, quantize};
 
 const F32_TOL: f64 = 1e-5;
 const BF16_TOL: f64 = 2e-2;
@@ -277,13 +277,18 @@ fn check<T: Activation>(
     } else {
         BF16_TOL
     };
+    let call_scale = reference
+        .tensors()
+        .iter()
+        .flat_map(|(_, x)| x.iter())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
     let mut errs = Vec::new();
     let mut line = String::new();
     for ((name, ours), (_, rf)) in runs[0].tensors().into_iter().zip(reference.tensors()) {
         if let Some(i) = ours.iter().position(|v| !v.is_finite()) {
             panic!("{name}[{i}] = {} is not finite for {case:?}", ours[i]);
         }
-        let e = rel_err(ours, rf);
+        let e = grad_err(ours, rf, call_scale);
         line.push_str(&format!(" {name} {e:.1e}"));
         errs.push((name, e));
     }

@@ -39,6 +39,7 @@ use mamba3_abi::{
 };
 
 use crate::angles::{angle_increment, reduced_f32};
+use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, shfl_xor_f32, smem_base, st_shared_f32,
     sync_threads, thread_x,
@@ -75,6 +76,31 @@ fn warp_sum(mut v: f32) -> f32 {
         mask /= 2;
     }
     v
+}
+
+/// `Σ_i a_i·b_i` over `len` shared f32 elements at byte addresses `a + i·sa` and `b + i·sb`:
+/// four partial sums (element i feeds sum i mod 4, a tail past the last whole group of four feeds
+/// sum 0), combined as `(s0 + s1) + (s2 + s3)`. Four independent load pairs per step keep the
+/// loads in flight; the order is fixed, so the result is deterministic.
+#[inline(always)]
+unsafe fn dot_sm(a: u32, sa: u32, b: u32, sb: u32, len: u32) -> f32 {
+    let mut s = [0.0f32; 4];
+    let mut i = 0;
+    // SAFETY (whole body): the caller guarantees `len` elements at both strides.
+    unsafe {
+        while i + 4 <= len {
+            for (k, acc) in s.iter_mut().enumerate() {
+                let ik = i + k as u32;
+                *acc = fma_rn(ld_shared_f32(a + ik * sa), ld_shared_f32(b + ik * sb), *acc);
+            }
+            i += 4;
+        }
+        while i < len {
+            s[0] = fma_rn(ld_shared_f32(a + i * sa), ld_shared_f32(b + i * sb), s[0]);
+            i += 1;
+        }
+    }
+    (s[0] + s[1]) + (s[2] + s[3])
 }
 
 /// Reads an f64 stored as two f32 bit patterns (low word first).
@@ -337,10 +363,10 @@ unsafe fn dout<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, r: u32, pp: u3
     }
 }
 
-/// Reverse step, phases a–b: `y = H_t q̂ + D x`, then the output-stage backward: δ, ∂z, and the
-/// mimo_o / mimo_z / norm-weight / D accumulators (spec §4.1, §5.1).
+/// Reverse step, phases a–b: `y = H_t q̂ + D x` (H_t in the state region), then the output-stage
+/// backward: δ, ∂z, and the mimo_o / mimo_z / norm-weight / D accumulators (spec §4.1, §5.1).
 #[inline(always)]
-unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, h_t: usize) {
+unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize) {
     let lay = &cx.lay;
     let (rn, rp) = (cx.r * cx.n, cx.r * cx.p);
     let cur = (t % 2) as u32;
@@ -353,13 +379,13 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, h_t
         while e < rp {
             let r = e / cx.p;
             let pp = e - r * cx.p;
-            let mut acc = 0.0f32;
-            let mut nn = 0;
-            while nn < cx.n {
-                let hv = ldg(prm.seg, h_t + (pp * cx.n + nn) as usize);
-                acc += hv * ld_shared_f32(cx.sm(lay.q, cur * rn + r * cx.n + nn));
-                nn += 1;
-            }
+            let mut acc = dot_sm(
+                cx.sm(lay.state, pp * lay.n_stride),
+                4,
+                cx.sm(lay.q, cur * rn + r * cx.n),
+                4,
+                cx.n,
+            );
             acc += cx.d_h * ld_shared_f32(cx.sm(lay.x, cur * rp + e));
             st_shared_f32(cx.sm(lay.y, e), acc);
             e += T;
@@ -465,9 +491,10 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, h_t
     }
 }
 
-/// Reverse step, phase c: `∂q̂_t = H_tᵀ δ` and `G += δ q̂ᵀ` (the read-out of token t).
+/// Reverse step, phase c: `∂q̂_t = H_tᵀ δ` (H_t in the state region) and `G += δ q̂ᵀ` (the
+/// read-out of token t).
 #[inline(always)]
-unsafe fn readout_backward(prm: &BackwardParams, cx: &Ctx, t: usize, h_t: usize) {
+unsafe fn readout_backward(cx: &Ctx, t: usize) {
     let lay = &cx.lay;
     let rn = cx.r * cx.n;
     let cur = (t % 2) as u32;
@@ -477,13 +504,13 @@ unsafe fn readout_backward(prm: &BackwardParams, cx: &Ctx, t: usize, h_t: usize)
         while e < rn {
             let r = e / cx.n;
             let nn = e - r * cx.n;
-            let mut acc = 0.0f32;
-            let mut pp = 0;
-            while pp < cx.p {
-                let hv = ldg(prm.seg, h_t + (pp * cx.n + nn) as usize);
-                acc += ld_shared_f32(cx.sm(lay.delta, r * cx.p + pp)) * hv;
-                pp += 1;
-            }
+            let acc = dot_sm(
+                cx.sm(lay.delta, r * cx.p),
+                4,
+                cx.sm(lay.state, nn),
+                4 * lay.n_stride,
+                cx.p,
+            );
             st_shared_f32(cx.sm(lay.dq, e), acc);
             e += T;
         }
@@ -538,13 +565,13 @@ unsafe fn write_in_backward(cx: &Ctx, t: usize, co: &Coefs, prev_base: u64, h_pr
             let r = i / cx.p;
             let pp = i - r * cx.p;
             let slot = if s == 0 { cur } else { prv };
-            let mut gk = 0.0f32;
-            let mut nn = 0;
-            while nn < cx.n {
-                gk += ld_shared_f32(cx.sm(lay.adj, pp * lay.n_stride + nn))
-                    * ld_shared_f32(cx.sm(lay.k, slot * rn + r * cx.n + nn));
-                nn += 1;
-            }
+            let gk = dot_sm(
+                cx.sm(lay.adj, pp * lay.n_stride),
+                4,
+                cx.sm(lay.k, slot * rn + r * cx.n),
+                4,
+                cx.n,
+            );
             let xv = ld_shared_f32(cx.sm(lay.x, slot * rp + i));
             let dx = cx.sm(lay.dx, slot * rp + i);
             if s == 0 {
@@ -563,13 +590,13 @@ unsafe fn write_in_backward(cx: &Ctx, t: usize, co: &Coefs, prev_base: u64, h_pr
             let r = i / cx.n;
             let nn = i - r * cx.n;
             let slot = if s == 0 { cur } else { prv };
-            let mut acc = 0.0f32;
-            let mut pp = 0;
-            while pp < cx.p {
-                acc += ld_shared_f32(cx.sm(lay.x, slot * rp + r * cx.p + pp))
-                    * ld_shared_f32(cx.sm(lay.adj, pp * lay.n_stride + nn));
-                pp += 1;
-            }
+            let acc = dot_sm(
+                cx.sm(lay.x, slot * rp + r * cx.p),
+                4,
+                cx.sm(lay.adj, nn),
+                4 * lay.n_stride,
+                cx.p,
+            );
             let dk = cx.sm(lay.dk, slot * rn + i);
             if s == 0 {
                 st_shared_f32(dk, ld_shared_f32(dk) + co.gamma * acc);
@@ -605,13 +632,23 @@ unsafe fn reduced(cx: &Ctx) -> [f32; 3] {
     out
 }
 
-/// Reverse step, phase f: `G ← α_t G`; the inverse rotation of ∂q̂, ∂k̂ with ∂θ, the reverse
-/// running sum of ∂θ into the angle-logit gradient and the θ part of ∂Δ; ∂v and ∂mimo_v.
+/// Reverse step, phase f: `G ← α_t G`; the state region ← `H_{t−1}` from `prev_base` at
+/// `h_prev` when that is the `seg` workspace (the next step's H_t; otherwise the next segment's
+/// recompute sets it); the inverse rotation of ∂q̂, ∂k̂ with ∂θ, the reverse running sum of ∂θ
+/// into the angle-logit gradient and the θ part of ∂Δ; ∂v and ∂mimo_v.
 #[inline(always)]
-unsafe fn token_finish<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, co: &Coefs) {
+unsafe fn token_finish<X: Elem>(
+    prm: &BackwardParams,
+    cx: &Ctx,
+    t: usize,
+    co: &Coefs,
+    prev_base: u64,
+    h_prev: usize,
+) {
     let lay = &cx.lay;
     let (rn, rp) = (cx.r * cx.n, cx.r * cx.p);
     let cur = (t % 2) as u32;
+    let next_state = prev_base == prm.seg;
     // SAFETY (whole body): indices inside the launch contract's shapes and the layout.
     unsafe {
         let mut e = cx.tid;
@@ -620,6 +657,10 @@ unsafe fn token_finish<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, co: &C
             let nn = e - pp * cx.n;
             let addr = cx.sm(lay.adj, pp * lay.n_stride + nn);
             st_shared_f32(addr, co.alpha * ld_shared_f32(addr));
+            if next_state {
+                let v = ldg(prm.seg, h_prev + e as usize);
+                st_shared_f32(cx.sm(lay.state, pp * lay.n_stride + nn), v);
+            }
             e += T;
         }
         // One thread per rotation pair, over ranks and over q then k: it owns the pair's bias
@@ -876,10 +917,9 @@ pub unsafe fn backward_head<X: Elem>(prm: &BackwardParams) {
                 if t > 0 {
                     load_token::<X>(prm, &cx, t - 1, ((t - 1) % 2) as u32);
                 }
-                let h_t = cx.seg_state(t, t0);
-                output_backward::<X>(prm, &cx, t, h_t);
+                output_backward::<X>(prm, &cx, t);
                 sync_threads();
-                readout_backward(prm, &cx, t, h_t);
+                readout_backward(&cx, t);
                 sync_threads();
                 let co = coefs::<X>(prm, &cx, t);
                 let (prev_base, h_prev) = if t > t0 {
@@ -892,7 +932,7 @@ pub unsafe fn backward_head<X: Elem>(prm: &BackwardParams) {
                 write_in_backward(&cx, t, &co, prev_base, h_prev);
                 sync_threads();
                 let red = reduced(&cx);
-                token_finish::<X>(prm, &cx, t, &co);
+                token_finish::<X>(prm, &cx, t, &co, prev_base, h_prev);
                 sync_threads();
                 pending = Some((t, co, red));
             }
