@@ -335,7 +335,7 @@ fn run_grid(cases: &[Case], label: &str, seed0: u64) {
             .map(|(name, e)| format!("{name} {e:.2e}"))
             .collect();
         eprintln!(
-            "WORST backward {label} {dtype} over {} cases (3 runs each, bitwise identical): {}",
+            "backward {label} {dtype}: worst over {} cases (3 runs each, bitwise identical): {}",
             cases.len(),
             line.join(", ")
         );
