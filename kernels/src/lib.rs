@@ -11,6 +11,7 @@
 pub mod angles;
 pub mod arch;
 pub mod decode;
+pub mod decode_rows;
 pub mod chunked_forward;
 pub mod elem;
 pub mod frag;
