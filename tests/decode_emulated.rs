@@ -461,19 +461,49 @@ fn emulated_register_resident_decode_matches_golden_step() {
         // f32: every rank, every output mode, both rotations.
         (case(1, 8, 8, 4, 3, HalfSplit, Gated, true, true, false), 1),
         (case(1, 8, 8, 4, 3, HalfSplit, Gated, true, true, false), 4),
-        (case(2, 12, 33, 3, 3, HalfSplit, Gated, true, true, false), 1),
-        (case(4, 16, 72, 0, 3, HalfSplit, Prereduce, false, true, false), 4),
-        (case(4, 16, 72, 0, 3, HalfSplit, Prereduce, false, true, false), 2),
+        (
+            case(2, 12, 33, 3, 3, HalfSplit, Gated, true, true, false),
+            1,
+        ),
+        (
+            case(4, 16, 72, 0, 3, HalfSplit, Prereduce, false, true, false),
+            4,
+        ),
+        (
+            case(4, 16, 72, 0, 3, HalfSplit, Prereduce, false, true, false),
+            2,
+        ),
         (case(8, 8, 5, 2, 3, Pairwise, Gated, false, false, false), 1),
-        (case(2, 8, 30, 1, 1, Pairwise, FusedNorm, true, false, false), 4),
-        (case(4, 128, 16, 32, 2, HalfSplit, Gated, true, true, false), 1),
-        (case(4, 64, 32, 32, 1, Pairwise, FusedNorm, true, true, false), 4),
+        (
+            case(2, 8, 30, 1, 1, Pairwise, FusedNorm, true, false, false),
+            4,
+        ),
+        (
+            case(4, 128, 16, 32, 2, HalfSplit, Gated, true, true, false),
+            1,
+        ),
+        (
+            case(4, 64, 32, 32, 1, Pairwise, FusedNorm, true, true, false),
+            4,
+        ),
         // bf16: every rank, every output mode, both rotations.
-        (case(4, 8, 28, 4, 3, Pairwise, FusedNorm, true, true, true), 4),
-        (case(1, 16, 20, 0, 3, HalfSplit, Prereduce, false, true, true), 1),
+        (
+            case(4, 8, 28, 4, 3, Pairwise, FusedNorm, true, true, true),
+            4,
+        ),
+        (
+            case(1, 16, 20, 0, 3, HalfSplit, Prereduce, false, true, true),
+            1,
+        ),
         (case(2, 8, 130, 2, 3, Pairwise, Gated, true, true, true), 4),
-        (case(8, 128, 24, 16, 3, HalfSplit, Gated, true, true, true), 1),
-        (case(4, 12, 8, 6, 1, HalfSplit, FusedNorm, false, false, true), 1),
+        (
+            case(8, 128, 24, 16, 3, HalfSplit, Gated, true, true, true),
+            1,
+        ),
+        (
+            case(4, 12, 8, 6, 1, HalfSplit, FusedNorm, false, false, true),
+            1,
+        ),
     ];
     let mut worst = [0.0f64; 2];
     let mut run = |c: Case, rows: u32, seed: u64| {

@@ -174,7 +174,21 @@ impl DecodeRowsSmem {
         let row_params = bias + 2 * align4(r * n);
         let owner = row_params + align4(3 * r * rows);
         let total = owner + 4;
-        DecodeRowsSmem { q_rot, k_rot, sin, cos, weights, y, v, z, rstd, bias, row_params, owner, total }
+        DecodeRowsSmem {
+            q_rot,
+            k_rot,
+            sin,
+            cos,
+            weights,
+            y,
+            v,
+            z,
+            rstd,
+            bias,
+            row_params,
+            owner,
+            total,
+        }
     }
 
     /// Size in bytes.

@@ -27,6 +27,15 @@ use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 
+/// Most sequence-heads B·H for which a call runs the register-resident kernel.
+///
+/// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph-replayed, µs per token): at B = 1 the
+/// register-resident kernel takes 10.2 (T = 1) and 4.2 (T = 8) against the shared-memory kernel's
+/// 15.5 and 7.1, whose 64 blocks leave half the SMs idle; from B = 8 (512 blocks) the
+/// shared-memory kernel is faster (24.8 against 34.8 at T = 1). Up to 128 sequence-heads the
+/// shared-memory grid is at most one block per SM, so the split rows still win there.
+pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
+
 /// Shapes and options of a decode: everything except the tensors.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecodeConfig {
@@ -121,16 +130,15 @@ impl DecodeConfig {
         Ok(())
     }
 
-    /// Whether the register-resident kernel (`decode_rows_*`) runs this geometry: `N` a multiple
-    /// of 4 up to 128 and, in fused-norm mode (the norm spans all of P in one block), P within
-    /// one block (32 rows). Other geometries run the shared-memory kernel
-    /// (`decode_*`).
+    /// Whether the register-resident kernel (`decode_rows_*`) runs this call: few sequence-heads
+    /// (B·H ≤ [`REGISTER_RESIDENT_MAX_SEQUENCE_HEADS`], where the shared-memory kernel's grid of
+    /// B·H blocks leaves SMs idle), `N` a multiple of 4 up to 128 and, in fused-norm mode (the
+    /// norm spans all of P in one block), P within one block (32 rows). Other calls run the
+    /// shared-memory kernel (`decode_*`).
     pub fn register_resident(&self) -> bool {
-        if std::env::var_os("MAMBA3_DECODE_SHARED").is_some() {
-            return false;
-        }
         let rows_max = (DECODE_ROWS_WARPS * self.max_rows_per_warp()) as usize;
-        self.state_dim.is_multiple_of(4)
+        self.batch * self.heads <= REGISTER_RESIDENT_MAX_SEQUENCE_HEADS
+            && self.state_dim.is_multiple_of(4)
             && self.state_dim <= DECODE_ROWS_MAX_N as usize
             && (self.mode != OutputMode::FusedNorm || self.head_dim <= rows_max)
     }

@@ -27,7 +27,11 @@ pub fn sum_transposed<const V: usize>(mut vals: [f32; V], lane: u32) -> f32 {
         let half = count / 2;
         let upper = lane & mask != 0;
         for i in 0..half {
-            let (keep, send) = if upper { (vals[i + half], vals[i]) } else { (vals[i], vals[i + half]) };
+            let (keep, send) = if upper {
+                (vals[i + half], vals[i])
+            } else {
+                (vals[i], vals[i + half])
+            };
             vals[i] = keep + shfl_xor_f32(send, mask);
         }
         count = half;
