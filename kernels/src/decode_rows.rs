@@ -1,16 +1,20 @@
 //! Mamba-3 MIMO decode with the state in registers: the recurrence of spec §2.1 over `T ≥ 1`
 //! tokens in one launch, for `N ≤ 128`, `N % 4 == 0`.
 //!
-//! A block of [`DECODE_ROWS_WARPS`] warps owns `8·rows_per_warp` consecutive state rows of one
-//! (head, batch row); the rows of a (b, h) are split over `⌈P / rows⌉` blocks, so a small batch
-//! still covers the SMs. A warp owns `rows_per_warp` rows and a lane one 16-byte quad of columns
-//! of each: the warp loads its rows with coalesced `ld.global.v4` at the start (all of them in
-//! flight at once, no shared-memory round trip), keeps them in registers for every token of the
-//! call and stores them once at the end. Per token the block computes, once, the angles (one
+//! A block of [`DECODE_ROWS_WARPS`] warps owns `8·rows_per_warp` (≤ 32) consecutive state rows
+//! of one (head, batch row); the rows of a (b, h) are split over `⌈P / rows⌉` blocks, so a small
+//! batch still covers the SMs (the host runs this kernel for few sequence-heads; the
+//! shared-memory kernel of `decode.rs` is faster once B·H blocks fill the GPU). A warp owns
+//! `rows_per_warp` (≤ 4) rows and a lane one 16-byte quad of columns of each: once this head's
+//! biases and per-row parameters are staged in shared memory, the warp loads its rows with
+//! coalesced `ld.global.v4` (all in flight at once, no shared-memory round trip), keeps them in
+//! registers for every token of the call and stores them after the last update. Per token the
+//! block issues all its global loads before its first barrier and computes, once, the angles (one
 //! `sincos` per angle, shared by q and k of every rank), the rotated q̂ and k̂ and the per-row
 //! weights into shared memory; every lane then reads its own quad of k̂_prev, k̂ and q̂ of every
 //! rank (conflict-free `ld.shared.v4`), and per row the weights are a broadcast. The read-out of
-//! a row is a warp reduction of R values ([`warp_reduce::sum_transposed`]).
+//! a row is a warp reduction of R values ([`warp_reduce::sum_transposed`]); the outputs read
+//! shared memory only.
 //!
 //! The small states θ and k̂_prev are read by every block of a (b, h) and written once: after
 //! reading them each block bumps the (b, h)'s arrival counter, and the last one to arrive (all
@@ -20,9 +24,9 @@
 //! # Launch contract
 //! Grid `(H·⌈P / (8·rows_per_warp)⌉, B)`, block `32·DECODE_ROWS_WARPS`, dynamic shared memory
 //! `DecodeRowsSmem::new(R, N, 8·rows_per_warp, Na)` bytes; `N % 4 == 0`, `N ≤ 128`,
-//! `1 ≤ rows_per_warp ≤ decode_rows_max_per_warp(R)`; `arrivals` given whenever there is more than one block per (b, h);
-//! fused-norm mode only with one block per (b, h); every pointer of [`DecodeParams`] valid for its
-//! documented shape (the host validates).
+//! `1 ≤ rows_per_warp ≤ decode_rows_max_per_warp(R)`; `arrivals` given whenever there is more
+//! than one block per (b, h); fused-norm mode only with one block per (b, h); every pointer of
+//! [`DecodeParams`] valid for its documented shape (the host validates).
 
 use mamba3_abi::{
     decode_rows_max_per_warp, decode_rows_weight_stride, output_mode, rotation, DecodeParams, DecodeRowsSmem,
