@@ -23,6 +23,9 @@ use emulation::{arch, elem, math, Buffer};
 #[path = "../kernels/src/angles.rs"]
 mod angles;
 
+#[path = "../kernels/src/warp_reduce.rs"]
+mod warp_reduce;
+
 #[allow(clippy::all)]
 #[path = "../kernels/src/backward_recurrent.rs"]
 mod backward_recurrent;

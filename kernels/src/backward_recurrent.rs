@@ -41,42 +41,18 @@ use mamba3_abi::{
 use crate::angles::{angle_increment, reduced_f32};
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_u32, shfl_xor_f32, smem_base, st_shared_f32,
-    sync_threads, thread_x,
+    block_x, block_y, ld_shared_f32, ld_shared_u32, smem_base, st_shared_f32, sync_threads,
+    thread_x,
 };
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
-use crate::elem::Elem;
+use crate::elem::{ldg, stg, Elem};
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
+use crate::warp_reduce;
 
 const T: u32 = BACKWARD_THREADS;
 const WARPS: u32 = T / 32;
 const PI: f32 = core::f32::consts::PI;
-
-/// Loads f32 element `i` of a global tensor.
-#[inline(always)]
-unsafe fn ldg(base: u64, i: usize) -> f32 {
-    // SAFETY: forwarded to the caller.
-    unsafe { <f32 as Elem>::load(base, i) }
-}
-
-/// Stores f32 element `i` of a global tensor.
-#[inline(always)]
-unsafe fn stg(base: u64, i: usize, value: f32) {
-    // SAFETY: forwarded to the caller.
-    unsafe { <f32 as Elem>::store(base, i, value) }
-}
-
-/// Sum over the warp; every lane gets the total. Every lane must call it.
-#[inline(always)]
-fn warp_sum(mut v: f32) -> f32 {
-    let mut mask = 16;
-    while mask > 0 {
-        v += shfl_xor_f32(v, mask);
-        mask /= 2;
-    }
-    v
-}
 
 /// `Σ_i a_i·b_i` over `len` shared f32 elements at byte addresses `a + i·sa` and `b + i·sb`:
 /// four partial sums (element i feeds sum i mod 4, a tail past the last whole group of four feeds
@@ -421,7 +397,7 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize) {
                     ss += yv * yv;
                     pp += 32;
                 }
-                let rstd = rsqrt(warp_sum(ss) / cx.p as f32 + prm.norm_eps);
+                let rstd = rsqrt(warp_reduce::sum(ss) / cx.p as f32 + prm.norm_eps);
                 let mut md = 0.0f32;
                 let mut pp = lane;
                 while pp < cx.p {
@@ -431,7 +407,7 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize) {
                     md += dyhat * (yv * rstd);
                     pp += 32;
                 }
-                let md = warp_sum(md) / cx.p as f32;
+                let md = warp_reduce::sum(md) / cx.p as f32;
                 if lane == 0 {
                     st_shared_f32(cx.sm(lay.stats, r), rstd);
                     st_shared_f32(cx.sm(lay.stats, cx.r + r), md);
@@ -606,7 +582,11 @@ unsafe fn write_in_backward(cx: &Ctx, t: usize, co: &Coefs, prev_base: u64, h_pr
             e += T;
         }
         let (warp, lane) = (cx.tid / 32, cx.tid % 32);
-        let sums = [warp_sum(d_alpha), warp_sum(d_gamma), warp_sum(d_beta)];
+        let sums = [
+            warp_reduce::sum(d_alpha),
+            warp_reduce::sum(d_gamma),
+            warp_reduce::sum(d_beta),
+        ];
         if lane == 0 {
             for (k, v) in sums.iter().enumerate() {
                 st_shared_f32(cx.sm(lay.red, k as u32 * WARPS + warp), *v);

@@ -397,6 +397,14 @@ pub mod elem {
         unsafe fn store(base: u64, i: usize, value: f32);
     }
 
+    pub unsafe fn ldg(base: u64, i: usize) -> f32 {
+        unsafe { <f32 as Elem>::load(base, i) }
+    }
+
+    pub unsafe fn stg(base: u64, i: usize, value: f32) {
+        unsafe { <f32 as Elem>::store(base, i, value) }
+    }
+
     #[derive(Clone, Copy)]
     #[repr(transparent)]
     pub struct Bf16(pub u16);
