@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use half::bf16;
+use mamba3::backward;
 use mamba3::cuda::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use mamba3::decode::{self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights};
 use mamba3::forward::{
@@ -415,6 +416,164 @@ fn bench_forward(gpu: &Gpu, stream: &Arc<CudaStream>) {
     }
 }
 
+/// Segment length (tokens between state checkpoints) of the backward benchmarks.
+const BACKWARD_SEGMENT: usize = 64;
+
+/// The backward (alone, then after the forward) at `(heads, batch, seq_len)` on the forward
+/// benchmark's geometry, activations in `T`; the backward's segment length is
+/// [`BACKWARD_SEGMENT`].
+///
+/// FLOPs: the minimum of `shared/spec/performance.md` §3.4, `3a + 2b + 5c` per chunk
+/// (589,824 per token and head at C=16, R=4, N=128, P=64), plus the forward's §3.1 minimum for
+/// forward+backward. Extra memory: the backward's workspace (gradients not counted).
+fn bench_backward_one<T: Activation>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    heads: usize,
+    batch: usize,
+    seq_len: usize,
+) {
+    let fwd_cfg = ForwardConfig {
+        batch,
+        seq_len,
+        rank: 4,
+        groups: 1,
+        heads,
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        chunk_size: 16,
+        dtype: T::DTYPE,
+        rotation: Rotation::HalfSplit,
+        mode: OutputMode::Gated,
+        has_z: true,
+        has_d: true,
+        norm_eps: 1e-5,
+    };
+    let bwd_cfg = ForwardConfig {
+        chunk_size: BACKWARD_SEGMENT,
+        ..fwd_cfg
+    };
+    let (b, s, r, g, h, n, p, na) = (batch, seq_len, 4, 1, heads, 128, 64, 32);
+    let mut rng = SplitMix64::new(77 + (heads * 131 + batch * 7 + seq_len) as u64);
+    let act = |rng: &mut SplitMix64| T::from_f64(rng.normal());
+    let normal = |rng: &mut SplitMix64| rng.normal() as f32;
+    let q = random_buffer(stream, b * s * r * g * n, &mut rng, act);
+    let k = random_buffer(stream, b * s * r * g * n, &mut rng, act);
+    let v = random_buffer(stream, b * s * h * p, &mut rng, act);
+    let z = random_buffer(stream, b * s * h * p, &mut rng, act);
+    let trap = random_buffer(stream, b * h * s, &mut rng, act);
+    let dt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
+        softplus(-3.0 + rng.normal()) as f32
+    });
+    let adt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
+        (-softplus(-3.0 + rng.normal()) * rng.uniform_range(0.1, 1.0)) as f32
+    });
+    let angles = random_buffer(stream, b * s * h * na, &mut rng, normal);
+    let q_bias = random_buffer(stream, h * r * n, &mut rng, normal);
+    let k_bias = random_buffer(stream, h * r * n, &mut rng, normal);
+    let mimo_v = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
+        rng.normal() as f32 / 4.0
+    });
+    let mimo_z = random_buffer(stream, h * r * p, &mut rng, normal);
+    let mimo_o = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
+        rng.normal() as f32 / 4.0
+    });
+    let d = random_buffer(stream, h, &mut rng, normal);
+    let dout = random_buffer(stream, b * s * h * p, &mut rng, act);
+    let mut out = stream
+        .alloc_zeros::<T>(b * s * h * p)
+        .expect("allocating a benchmark buffer");
+    let inputs = ForwardInputs {
+        q: q.as_view(),
+        k: k.as_view(),
+        v: v.as_view(),
+        z: Some(z.as_view()),
+        trap: trap.as_view(),
+        dt: dt.as_view(),
+        adt: adt.as_view(),
+        angles: angles.as_view(),
+        q_bias: q_bias.as_view(),
+        k_bias: k_bias.as_view(),
+        mimo_v: mimo_v.as_view(),
+        mimo_z: Some(mimo_z.as_view()),
+        mimo_o: Some(mimo_o.as_view()),
+        d: Some(d.as_view()),
+        norm_weight: None,
+    };
+    let ws_len = backward::workspace_len(&bwd_cfg).expect("workspace size");
+    let mut workspace = stream
+        .alloc_zeros::<f32>(ws_len)
+        .expect("allocating the backward workspace");
+    let mut grads = backward::backward_alloc(gpu, stream, &bwd_cfg, &inputs, &dout.as_view())
+        .expect("allocating the gradients");
+    let ms_bwd = time_ms(gpu, stream, 1, 3, || {
+        backward::backward(
+            gpu,
+            stream,
+            &bwd_cfg,
+            &inputs,
+            &dout.as_view(),
+            &mut grads.as_views_mut(),
+            &mut workspace.as_view_mut(),
+        )
+        .unwrap()
+    });
+    let ms_both = time_ms(gpu, stream, 1, 3, || {
+        forward(gpu, stream, &fwd_cfg, &inputs, &mut out.as_view_mut(), None).unwrap();
+        backward::backward(
+            gpu,
+            stream,
+            &bwd_cfg,
+            &inputs,
+            &dout.as_view(),
+            &mut grads.as_views_mut(),
+            &mut workspace.as_view_mut(),
+        )
+        .unwrap()
+    });
+    let (tokens, rf, nf, pf, cf) = ((b * s * h) as f64, 4.0, 128.0, 64.0, 16.0);
+    let fwd_flops = tokens * (2.0 * cf * rf * rf * (nf + pf) + 4.0 * rf * nf * pf);
+    let bwd_flops = tokens
+        * (3.0 * 2.0 * cf * rf * rf * nf
+            + 2.0 * 2.0 * cf * rf * rf * pf
+            + 5.0 * 2.0 * rf * nf * pf);
+    let dtype = if T::DTYPE == Dtype::F32 {
+        "f32"
+    } else {
+        "bf16"
+    };
+    let ws_mib = ws_len as f64 * 4.0 / (1 << 20) as f64;
+    for (what, ms, flops) in [
+        ("backward", ms_bwd, bwd_flops),
+        ("fwd+bwd", ms_both, fwd_flops + bwd_flops),
+    ] {
+        let frac = flops / (ms * 1e-3) / TC_FLOP_PER_S;
+        println!(
+            "{:<34} {:>10.3} ms {:>7.3}% of the §3.4 floor at 790 TFLOP/s   workspace {ws_mib:.0} MiB   kernels: {}",
+            format!("{what}/{dtype}/H={h}/B={b}/S={s}"),
+            ms,
+            100.0 * frac,
+            backward::dispatch_paths(&bwd_cfg).join(", ")
+        );
+    }
+}
+
+/// `backward/...`: the forward benchmark's geometries, both activation dtypes.
+fn bench_backward(gpu: &Gpu, stream: &Arc<CudaStream>) {
+    for (h, b, s) in [
+        (64, 1, 2048),
+        (64, 8, 2048),
+        (32, 1, 2048),
+        (32, 8, 2048),
+        (64, 1, 8192),
+        (64, 8, 8192),
+    ] {
+        bench_backward_one::<half::bf16>(gpu, stream, h, b, s);
+        bench_backward_one::<f32>(gpu, stream, h, b, s);
+    }
+}
+
 type Bench = fn(&Gpu, &Arc<CudaStream>);
 
 fn main() {
@@ -436,8 +595,9 @@ fn main() {
         gpu.sm_count()
     );
     let stream = gpu.context().new_stream().expect("creating a stream");
-    let benches: [(&str, Bench); 4] = [
+    let benches: [(&str, Bench); 5] = [
         ("forward", bench_forward),
+        ("backward", bench_backward),
         ("decode", bench_decode),
         ("primitives/sincos", bench_sincos),
         ("primitives/warp_scan", bench_warp_scan),

@@ -1,7 +1,9 @@
-//! The decode kernel's source (`kernels/src/decode.rs`) compiled for the host against the emulated
-//! device primitives of `tests/emulation`, checked against the float64 golden model's `step`.
+//! The decode kernels' sources (`kernels/src/decode.rs`, shared-memory state, and
+//! `kernels/src/decode_rows.rs`, register-resident state with rows split over blocks) compiled for
+//! the host against the emulated device primitives of `tests/emulation`, checked against the
+//! float64 golden model's `step`.
 //!
-//! Each block runs as `32·DECODE_WARPS` OS threads with a real barrier; shared memory is bounds-
+//! Each block runs as one OS thread per device thread with a real barrier; shared memory is bounds-
 //! and race-checked, global activation accesses (through `Elem`) and the `cp.async` staging of the
 //! state are checked against the buffers of the launch. Each case draws a sequence, runs the golden
 //! recurrence over a short prefix to get a non-trivial state, then advances it by `T` tokens both
@@ -14,7 +16,7 @@ mod emulation;
 use mamba3::golden::{
     self, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
-use mamba3_abi::{DecodeParams, DecodeSmem, DECODE_WARPS};
+use mamba3_abi::{DecodeParams, DecodeRowsSmem, DecodeSmem, DECODE_ROWS_WARPS, DECODE_WARPS};
 
 use common::{angle_rel_err, quantize, rel_err, round_act, round_f32};
 use emulation::{arch, elem, math, Buffer};
@@ -28,6 +30,11 @@ mod warp_reduce;
 #[allow(clippy::all)]
 #[path = "../kernels/src/decode.rs"]
 mod decode;
+
+#[rustfmt::skip]
+#[allow(clippy::all)]
+#[path = "../kernels/src/decode_rows.rs"]
+mod decode_rows;
 
 /// Tokens of the golden prefix that produces the starting state.
 const PREFIX: usize = 2;
@@ -147,9 +154,23 @@ impl Errors {
     }
 }
 
+/// Which kernel an emulated launch runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kernel {
+    /// `decode.rs`: the state tile in shared memory, a block per (b, h).
+    Shared,
+    /// `decode_rows.rs` with this many rows per warp (rows of a (b, h) split over blocks).
+    Rows(u32),
+}
+
 /// Runs the emulated kernel over the `T` tokens of `call` from `state` (both already quantized);
 /// returns the outputs and the final state.
-fn run_emulated(call: &Mamba3Inputs, state: &FinalStates, bf16: bool) -> (Vec<f64>, FinalStates) {
+fn run_emulated(
+    call: &Mamba3Inputs,
+    state: &FinalStates,
+    bf16: bool,
+    kernel: Kernel,
+) -> (Vec<f64>, FinalStates) {
     let g = call.geometry;
     let tokens = g.seq_len;
     let mut mem = Memory::default();
@@ -177,6 +198,11 @@ fn run_emulated(call: &Mamba3Inputs, state: &FinalStates, bf16: bool) -> (Vec<f6
     let v_state = mem.put_act(&state.v, bf16, "v_state");
     let out_len = g.batch * tokens * g.heads * call.output_width();
     let out = mem.put_act(&vec![0.0; out_len], bf16, "out");
+    let arrivals = mem.put(&vec![0u8; 4 * g.batch * g.heads], "arrivals");
+    let rows_per_warp = match kernel {
+        Kernel::Shared => 0,
+        Kernel::Rows(rows) => rows,
+    };
 
     let params = DecodeParams {
         q,
@@ -199,6 +225,7 @@ fn run_emulated(call: &Mamba3Inputs, state: &FinalStates, bf16: bool) -> (Vec<f6
         k_state,
         v_state,
         out,
+        arrivals,
         batch: g.batch as u32,
         tokens: tokens as u32,
         heads: g.heads as u32,
@@ -216,33 +243,67 @@ fn run_emulated(call: &Mamba3Inputs, state: &FinalStates, bf16: bool) -> (Vec<f6
             Rotation::Pairwise => mamba3_abi::rotation::PAIRWISE,
         },
         norm_eps: call.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
+        rows_per_warp,
     };
-    let lay = DecodeSmem::new(
+    let (r, n, p, na) = (
         g.rank as u32,
         g.state_dim as u32,
         g.head_dim as u32,
         g.num_angles as u32,
     );
-    emulation::run_grid(
-        (g.heads as u32, g.batch as u32),
-        32 * DECODE_WARPS as usize,
-        lay.bytes() as usize / 4,
-        &mem.buffers,
-        // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
-        || unsafe {
-            match (bf16, g.rank) {
-                (false, 1) => decode::decode::<f32, 1>(&params),
-                (false, 2) => decode::decode::<f32, 2>(&params),
-                (false, 4) => decode::decode::<f32, 4>(&params),
-                (false, 8) => decode::decode::<f32, 8>(&params),
-                (true, 1) => decode::decode::<elem::Bf16, 1>(&params),
-                (true, 2) => decode::decode::<elem::Bf16, 2>(&params),
-                (true, 4) => decode::decode::<elem::Bf16, 4>(&params),
-                (true, 8) => decode::decode::<elem::Bf16, 8>(&params),
-                _ => panic!("unsupported rank"),
-            }
-        },
-    );
+    match kernel {
+        Kernel::Shared => emulation::run_grid(
+            (g.heads as u32, g.batch as u32),
+            32 * DECODE_WARPS as usize,
+            DecodeSmem::new(r, n, p, na).bytes() as usize / 4,
+            &mem.buffers,
+            // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
+            || unsafe {
+                match (bf16, g.rank) {
+                    (false, 1) => decode::decode::<f32, 1>(&params),
+                    (false, 2) => decode::decode::<f32, 2>(&params),
+                    (false, 4) => decode::decode::<f32, 4>(&params),
+                    (false, 8) => decode::decode::<f32, 8>(&params),
+                    (true, 1) => decode::decode::<elem::Bf16, 1>(&params),
+                    (true, 2) => decode::decode::<elem::Bf16, 2>(&params),
+                    (true, 4) => decode::decode::<elem::Bf16, 4>(&params),
+                    (true, 8) => decode::decode::<elem::Bf16, 8>(&params),
+                    _ => panic!("unsupported rank"),
+                }
+            },
+        ),
+        Kernel::Rows(rows) => {
+            let block_rows = DECODE_ROWS_WARPS * rows;
+            emulation::run_grid(
+                (g.heads as u32 * p.div_ceil(block_rows), g.batch as u32),
+                32 * DECODE_ROWS_WARPS as usize,
+                DecodeRowsSmem::new(r, n, block_rows, na).bytes() as usize / 4,
+                &mem.buffers,
+                // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
+                || unsafe {
+                    match (bf16, g.rank) {
+                        (false, 1) => decode_rows::decode_rows::<f32, 1>(&params),
+                        (false, 2) => decode_rows::decode_rows::<f32, 2>(&params),
+                        (false, 4) => decode_rows::decode_rows::<f32, 4>(&params),
+                        (false, 8) => decode_rows::decode_rows::<f32, 8>(&params),
+                        (true, 1) => decode_rows::decode_rows::<elem::Bf16, 1>(&params),
+                        (true, 2) => decode_rows::decode_rows::<elem::Bf16, 2>(&params),
+                        (true, 4) => decode_rows::decode_rows::<elem::Bf16, 4>(&params),
+                        (true, 8) => decode_rows::decode_rows::<elem::Bf16, 8>(&params),
+                        _ => panic!("unsupported rank"),
+                    }
+                },
+            );
+            // The last block of every (b, h) resets its counter: a replayed graph starts from zero.
+            // SAFETY: `arrivals` is a buffer of `mem` holding B·H u32.
+            let counters =
+                unsafe { std::slice::from_raw_parts(arrivals as *const u32, g.batch * g.heads) };
+            assert!(
+                counters.iter().all(|&c| c == 0),
+                "arrival counters left non-zero: {counters:?}"
+            );
+        }
+    }
     let final_state = FinalStates {
         theta: mem.get_f32(theta, state.theta.len()),
         ssm: mem.get_f32(ssm, state.ssm.len()),
@@ -253,7 +314,7 @@ fn run_emulated(call: &Mamba3Inputs, state: &FinalStates, bf16: bool) -> (Vec<f6
 }
 
 /// Golden prefix → state; emulated kernel over the call's tokens vs golden `step`.
-fn check(case: Case, seed: u64) -> Errors {
+fn check(case: Case, seed: u64, kernel: Kernel) -> Errors {
     let geometry = Mamba3Geometry {
         batch: case.batch,
         seq_len: PREFIX + case.tokens,
@@ -281,7 +342,7 @@ fn check(case: Case, seed: u64) -> Errors {
         .final_states;
     quantize_state(&mut state, case.bf16);
     let call = all.token_slice(PREFIX, PREFIX + case.tokens).unwrap();
-    let (out, ours) = run_emulated(&call, &state, case.bf16);
+    let (out, ours) = run_emulated(&call, &state, case.bf16, kernel);
     let want = golden::step(&call, &mut state).unwrap();
     let e = Errors {
         out: rel_err(&out, &want),
@@ -291,7 +352,7 @@ fn check(case: Case, seed: u64) -> Errors {
         v: rel_err(&ours.v, &state.v),
     };
     eprintln!(
-        "emulated decode {} {case:?}: error out {:.2e} ssm {:.2e} theta {:.2e} k {:.2e} v {:.2e}",
+        "emulated decode {kernel:?} {} {case:?}: error out {:.2e} ssm {:.2e} theta {:.2e} k {:.2e} v {:.2e}",
         if case.bf16 { "bf16" } else { "f32" },
         e.out,
         e.ssm,
@@ -376,7 +437,7 @@ fn emulated_decode_matches_golden_step_on_small_geometries() {
 
     let mut worst = [0.0f64; 2];
     for (i, c) in cases.iter().enumerate() {
-        let e = check(*c, 300 + i as u64);
+        let e = check(*c, 300 + i as u64, Kernel::Shared);
         let w = &mut worst[c.bf16 as usize];
         *w = w.max(e.worst());
     }
@@ -385,5 +446,83 @@ fn emulated_decode_matches_golden_step_on_small_geometries() {
         worst[0],
         worst[1],
         cases.len()
+    );
+}
+
+#[test]
+fn emulated_register_resident_decode_matches_golden_step() {
+    use OutputMode::*;
+    use Rotation::*;
+    // N a multiple of 4 up to 128 (N = 128: every lane holds a quad; smaller N: idle lanes).
+    // Rows per warp 1, 2, 4 give blocks of 8, 16, 32 rows: several blocks per (b, h)
+    // (the last one partial) exercise the arrival counters and the single θ/k write-back; fused
+    // norm keeps one block per (b, h). R·N/2 = 512 fills both rotation items of every thread.
+    let cases = [
+        // f32: every rank, every output mode, both rotations.
+        (case(1, 8, 8, 4, 3, HalfSplit, Gated, true, true, false), 1),
+        (case(1, 8, 8, 4, 3, HalfSplit, Gated, true, true, false), 4),
+        (
+            case(2, 12, 33, 3, 3, HalfSplit, Gated, true, true, false),
+            1,
+        ),
+        (
+            case(4, 16, 72, 0, 3, HalfSplit, Prereduce, false, true, false),
+            4,
+        ),
+        (
+            case(4, 16, 72, 0, 3, HalfSplit, Prereduce, false, true, false),
+            2,
+        ),
+        (case(8, 8, 5, 2, 3, Pairwise, Gated, false, false, false), 1),
+        (
+            case(2, 8, 30, 1, 1, Pairwise, FusedNorm, true, false, false),
+            4,
+        ),
+        (
+            case(4, 128, 16, 32, 2, HalfSplit, Gated, true, true, false),
+            1,
+        ),
+        (
+            case(4, 64, 32, 32, 1, Pairwise, FusedNorm, true, true, false),
+            4,
+        ),
+        // bf16: every rank, every output mode, both rotations.
+        (
+            case(4, 8, 28, 4, 3, Pairwise, FusedNorm, true, true, true),
+            4,
+        ),
+        (
+            case(1, 16, 20, 0, 3, HalfSplit, Prereduce, false, true, true),
+            1,
+        ),
+        (case(2, 8, 130, 2, 3, Pairwise, Gated, true, true, true), 4),
+        (
+            case(8, 128, 24, 16, 3, HalfSplit, Gated, true, true, true),
+            1,
+        ),
+        (
+            case(4, 12, 8, 6, 1, HalfSplit, FusedNorm, false, false, true),
+            1,
+        ),
+    ];
+    let mut worst = [0.0f64; 2];
+    let mut run = |c: Case, rows: u32, seed: u64| {
+        let e = check(c, seed, Kernel::Rows(rows));
+        let w = &mut worst[c.bf16 as usize];
+        *w = w.max(e.worst());
+    };
+    for (i, &(c, rows)) in cases.iter().enumerate() {
+        run(c, rows, 500 + i as u64);
+    }
+    // T = 2 and GQA with two heads per group, rows split over three blocks.
+    let mut gqa = case(2, 8, 36, 2, 2, Pairwise, Gated, true, true, false);
+    gqa.heads = 4;
+    run(gqa, 2, 600);
+    run(Case { bf16: true, ..gqa }, 2, 601);
+    eprintln!(
+        "emulated register-resident decode: worst error f32 {:.2e}, bf16 {:.2e} over {} cases",
+        worst[0],
+        worst[1],
+        cases.len() + 2
     );
 }

@@ -22,6 +22,12 @@ pub mod rotation {
     pub const PAIRWISE: u32 = 1;
 }
 
+pub mod backward;
+pub use backward::{
+    backward_smem_bytes, BackwardParams, BackwardSlots, BackwardSmem, BackwardWorkspace,
+    BACKWARD_THREADS,
+};
+
 /// Warps per block of the decode kernel.
 pub const DECODE_WARPS: u32 = 4;
 
@@ -76,6 +82,10 @@ pub struct DecodeParams {
     pub v_state: u64,
     /// Output, see the struct docs.
     pub out: u64,
+    /// `(B,H)` u32 arrival counters, zero between launches, or 0. The register-resident kernel
+    /// splits the rows of a (b, h) over several blocks when this is given; the last block to
+    /// arrive writes θ and k back (and resets the counter).
+    pub arrivals: u64,
     /// Batch rows B.
     pub batch: u32,
     /// Tokens T in this call.
@@ -96,6 +106,101 @@ pub struct DecodeParams {
     pub rotation: u32,
     /// RMSNorm epsilon (fused-norm mode).
     pub norm_eps: f32,
+    /// State rows per warp of the register-resident kernel, 1 ..= [`decode_rows_max_per_warp`]
+    /// (ignored by the shared-memory kernel).
+    pub rows_per_warp: u32,
+}
+
+/// Warps per block of the register-resident decode kernel (`decode_rows_*`).
+pub const DECODE_ROWS_WARPS: u32 = 8;
+
+/// Most state rows one warp of the register-resident decode kernel holds (a lane holds four
+/// columns of each, for every token of the call, next to its k̂ vectors): 4 at every rank.
+pub const fn decode_rows_max_per_warp(rank: u32) -> u32 {
+    let _ = rank;
+    4
+}
+
+/// Largest state size `N` of the register-resident decode kernel: a warp covers a row with one
+/// 16-byte quad per lane.
+pub const DECODE_ROWS_MAX_N: u32 = 128;
+
+/// Shared-memory regions of the register-resident decode kernel for a block of `rows` state rows,
+/// offsets in f32 elements (each region 16-byte aligned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeRowsSmem {
+    /// Rotated q of the current token `(R,N)`.
+    pub q_rot: u32,
+    /// Rotated k, two buffers `(2,R,N)`: current and previous token alternate.
+    pub k_rot: u32,
+    /// `sin θ` of the current token `(Na)`.
+    pub sin: u32,
+    /// `cos θ` of the current token `(Na)`.
+    pub cos: u32,
+    /// Per-row weights `β·v_prev·mimo_v` (R) then `γ·v·mimo_v` (R), rows
+    /// [`decode_rows_weight_stride`] apart.
+    pub weights: u32,
+    /// Per-rank read-outs of the block's rows `(R,rows)`.
+    pub y: u32,
+    /// Raw v of the current token for the block's rows `(rows)`.
+    pub v: u32,
+    /// z of the current token for the block's rows `(rows)`.
+    pub z: u32,
+    /// Per-rank inverse RMS `(R)`.
+    pub rstd: u32,
+    /// This head's q and k biases `(2,R,N)`, staged once per call.
+    pub bias: u32,
+    /// This head's `mimo_v`, `mimo_z` and `mimo_o`·norm weight of the block's rows `(3,R,rows)`,
+    /// staged once per call.
+    pub row_params: u32,
+    /// One word: non-zero when this block writes θ and k back.
+    pub owner: u32,
+    /// Total size in f32 elements.
+    pub total: u32,
+}
+
+/// Row stride (floats) of [`DecodeRowsSmem::weights`]: `2R` rounded up to a 16-byte multiple.
+pub const fn decode_rows_weight_stride(r: u32) -> u32 {
+    align4(2 * r)
+}
+
+impl DecodeRowsSmem {
+    /// The layout for rank `r`, state size `n`, `rows` state rows per block, angles `na`.
+    pub const fn new(r: u32, n: u32, rows: u32, na: u32) -> Self {
+        let q_rot = 0;
+        let k_rot = q_rot + align4(r * n);
+        let sin = k_rot + 2 * align4(r * n);
+        let cos = sin + align4(na);
+        let weights = cos + align4(na);
+        let y = weights + rows * decode_rows_weight_stride(r);
+        let v = y + align4(r * rows);
+        let z = v + align4(rows);
+        let rstd = z + align4(rows);
+        let bias = rstd + align4(r);
+        let row_params = bias + 2 * align4(r * n);
+        let owner = row_params + align4(3 * r * rows);
+        let total = owner + 4;
+        DecodeRowsSmem {
+            q_rot,
+            k_rot,
+            sin,
+            cos,
+            weights,
+            y,
+            v,
+            z,
+            rstd,
+            bias,
+            row_params,
+            owner,
+            total,
+        }
+    }
+
+    /// Size in bytes.
+    pub const fn bytes(&self) -> u32 {
+        4 * self.total
+    }
 }
 
 /// Rounds a float count up to a multiple of 4 (16-byte alignment of each shared region).
@@ -216,6 +321,24 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         max_threads: SEGMENT_COMBINE_THREADS,
         min_blocks_per_sm: 1,
     },
+    // The register-resident decode streams the state through registers: two blocks (16 warps)
+    // per SM keep 64 KB of state loads in flight (≤ 128 registers); rank 8 holds twice the
+    // per-lane vectors and gets one block (≤ 255).
+    LaunchBounds {
+        prefix: "decode_rows_f32_r8",
+        max_threads: 32 * DECODE_ROWS_WARPS,
+        min_blocks_per_sm: 1,
+    },
+    LaunchBounds {
+        prefix: "decode_rows_bf16_r8",
+        max_threads: 32 * DECODE_ROWS_WARPS,
+        min_blocks_per_sm: 1,
+    },
+    LaunchBounds {
+        prefix: "decode_rows_",
+        max_threads: 32 * DECODE_ROWS_WARPS,
+        min_blocks_per_sm: 2,
+    },
     // Decode at one token is bound by each block's chain of dependent loads, so throughput comes
     // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs three (≤ 168).
     LaunchBounds {
@@ -227,6 +350,13 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         prefix: "decode_bf16_r8",
         max_threads: 32 * DECODE_WARPS,
         min_blocks_per_sm: 3,
+    },
+    // The backward's per-head kernel runs one block per (head, batch row); its shared memory
+    // (≥ 64 KiB at the upstream sizes) already limits residency, so only the block size is fixed.
+    LaunchBounds {
+        prefix: "backward_",
+        max_threads: BACKWARD_THREADS,
+        min_blocks_per_sm: 1,
     },
     LaunchBounds {
         prefix: "decode_",

@@ -17,12 +17,24 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
     CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, SyncOnDrop,
 };
-use mamba3_abi::{DecodeParams, DecodeSmem, DECODE_WARPS};
+use mamba3_abi::{
+    decode_rows_max_per_warp, DecodeParams, DecodeRowsSmem, DecodeSmem, DECODE_ROWS_MAX_N,
+    DECODE_ROWS_WARPS, DECODE_WARPS,
+};
 
 use crate::config::{Activation, OutputMode, Rotation};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
+
+/// Most sequence-heads B·H for which a call runs the register-resident kernel.
+///
+/// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph-replayed, µs per token): at B = 1 the
+/// register-resident kernel takes 10.2 (T = 1) and 4.2 (T = 8) against the shared-memory kernel's
+/// 15.5 and 7.1, whose 64 blocks leave half the SMs idle; from B = 8 (512 blocks) the
+/// shared-memory kernel is faster (24.8 against 34.8 at T = 1). Up to 128 sequence-heads the
+/// shared-memory grid is at most one block per SM, so the split rows still win there.
+pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 
 /// Shapes and options of a decode: everything except the tensors.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -118,18 +130,63 @@ impl DecodeConfig {
         Ok(())
     }
 
-    /// Shared memory of one block, in bytes.
+    /// Whether the register-resident kernel (`decode_rows_*`) runs this call: few sequence-heads
+    /// (B·H ≤ [`REGISTER_RESIDENT_MAX_SEQUENCE_HEADS`], where the shared-memory kernel's grid of
+    /// B·H blocks leaves SMs idle), `N` a multiple of 4 up to 128 and, in fused-norm mode (the
+    /// norm spans all of P in one block), P within one block (32 rows). Other calls run the
+    /// shared-memory kernel (`decode_*`).
+    pub fn register_resident(&self) -> bool {
+        let rows_max = (DECODE_ROWS_WARPS * self.max_rows_per_warp()) as usize;
+        self.batch * self.heads <= REGISTER_RESIDENT_MAX_SEQUENCE_HEADS
+            && self.state_dim.is_multiple_of(4)
+            && self.state_dim <= DECODE_ROWS_MAX_N as usize
+            && (self.mode != OutputMode::FusedNorm || self.head_dim <= rows_max)
+    }
+
+    fn max_rows_per_warp(&self) -> u32 {
+        decode_rows_max_per_warp(self.rank as u32)
+    }
+
+    /// State rows per warp of the register-resident kernel on a GPU of `sm_count` SMs: all of P
+    /// in one block per (b, h) (at most 4 rows per warp), halved while the grid stays within two
+    /// blocks per SM, so that a small batch spreads its rows over the SMs. Fused-norm mode keeps
+    /// one block per (b, h).
+    pub fn rows_per_warp(&self, sm_count: usize) -> u32 {
+        let warps = DECODE_ROWS_WARPS as usize;
+        let mut rows = self
+            .head_dim
+            .div_ceil(warps)
+            .min(self.max_rows_per_warp() as usize);
+        let blocks = |rows: usize| self.batch * self.heads * self.head_dim.div_ceil(warps * rows);
+        if self.mode != OutputMode::FusedNorm {
+            while rows > 1 && blocks(rows / 2) <= 2 * sm_count {
+                rows /= 2;
+            }
+        }
+        rows as u32
+    }
+
+    /// Shared memory of one block, in bytes: for the register-resident kernel, its largest block
+    /// (all of P in one block; blocks of a split batch hold fewer rows).
     pub fn shared_memory_bytes(&self) -> usize {
         let (r, n) = (self.rank as u32, self.state_dim as u32);
         let (p, na) = (self.head_dim as u32, self.num_angles as u32);
-        DecodeSmem::new(r, n, p, na).bytes() as usize
+        if self.register_resident() {
+            let rows = p.div_ceil(DECODE_ROWS_WARPS).min(self.max_rows_per_warp());
+            DecodeRowsSmem::new(r, n, DECODE_ROWS_WARPS * rows, na).bytes() as usize
+        } else {
+            DecodeSmem::new(r, n, p, na).bytes() as usize
+        }
     }
 
     /// The kernels a call with activation type `X` launches, by symbol.
     pub fn dispatch_paths<X: Activation>(&self) -> Vec<&'static str> {
-        Kernel::decode(X::DTYPE, self.rank)
-            .map(|k| vec![k.symbol()])
-            .unwrap_or_default()
+        let kernel = if self.register_resident() {
+            Kernel::decode_rows(X::DTYPE, self.rank)
+        } else {
+            Kernel::decode(X::DTYPE, self.rank)
+        };
+        kernel.map(|k| vec![k.symbol()]).unwrap_or_default()
     }
 
     /// Elements of the output for `tokens` tokens: (B,T,H,P), or (B,T,R,H,P) in prereduce mode.
@@ -217,6 +274,9 @@ pub struct DecodeState<X: Activation> {
     pub k: CudaSlice<X>,
     /// Previous raw v (B,H,P).
     pub v: CudaSlice<X>,
+    /// Per-(b, h) arrival counters (B,H) of the register-resident kernel's split rows; zero
+    /// between launches.
+    arrivals: CudaSlice<u32>,
 }
 
 /// Host copy of a [`DecodeState`] (same layouts), e.g. the forward's final states.
@@ -266,6 +326,9 @@ impl<X: Activation> DecodeState<X> {
             ssm: stream.alloc_zeros(s).map_err(alloc())?,
             k: stream.alloc_zeros(k).map_err(alloc())?,
             v: stream.alloc_zeros(v).map_err(alloc())?,
+            arrivals: stream
+                .alloc_zeros(config.batch * config.heads)
+                .map_err(alloc())?,
         })
     }
 
@@ -297,6 +360,9 @@ impl<X: Activation> DecodeState<X> {
             ssm: stream.clone_htod(&host.ssm).map_err(copy())?,
             k: stream.clone_htod(&host.k).map_err(copy())?,
             v: stream.clone_htod(&host.v).map_err(copy())?,
+            arrivals: stream
+                .alloc_zeros(config.batch * config.heads)
+                .map_err(copy())?,
         })
     }
 
@@ -325,6 +391,9 @@ impl<X: Activation> DecodeState<X> {
             ssm: stream.clone_dtod(&states.ssm).map_err(copy())?,
             k: stream.clone_dtod(&states.k).map_err(copy())?,
             v: stream.clone_dtod(&states.v).map_err(copy())?,
+            arrivals: stream
+                .alloc_zeros(config.batch * config.heads)
+                .map_err(copy())?,
         })
     }
 
@@ -535,11 +604,21 @@ pub fn step_tokens<X: Activation>(
 ) -> Result<()> {
     let c = state.config;
     validate_call(&c, weights, inputs, tokens, out.len())?;
-    let kernel = Kernel::decode(X::DTYPE, c.rank)
-        .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
+    let resident = c.register_resident();
+    let kernel = if resident {
+        Kernel::decode_rows(X::DTYPE, c.rank)
+    } else {
+        Kernel::decode(X::DTYPE, c.rank)
+    }
+    .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
+    let rows_per_warp = if resident {
+        c.rows_per_warp(gpu.sm_count())
+    } else {
+        0
+    };
     let mut ptrs = Pointers {
         stream,
-        guards: Vec::with_capacity(20),
+        guards: Vec::with_capacity(21),
     };
     let params = DecodeParams {
         q: ptrs.read(inputs.q),
@@ -562,6 +641,7 @@ pub fn step_tokens<X: Activation>(
         k_state: ptrs.write(&mut state.k),
         v_state: ptrs.write(&mut state.v),
         out: ptrs.write(out),
+        arrivals: ptrs.write(&mut state.arrivals),
         batch: c.batch as u32,
         tokens: tokens as u32,
         heads: c.heads as u32,
@@ -572,17 +652,34 @@ pub fn step_tokens<X: Activation>(
         mode: c.mode.code(),
         rotation: c.rotation.code(),
         norm_eps: c.norm_eps,
+        rows_per_warp,
     };
-    let cfg = LaunchConfig {
-        grid_dim: (c.heads as u32, c.batch as u32, 1),
-        block_dim: (32 * DECODE_WARPS, 1, 1),
-        shared_mem_bytes: c.shared_memory_bytes() as u32,
+    let cfg = if resident {
+        let block_rows = DECODE_ROWS_WARPS * rows_per_warp;
+        let (r, n) = (c.rank as u32, c.state_dim as u32);
+        LaunchConfig {
+            grid_dim: (
+                c.heads as u32 * (c.head_dim as u32).div_ceil(block_rows),
+                c.batch as u32,
+                1,
+            ),
+            block_dim: (32 * DECODE_ROWS_WARPS, 1, 1),
+            shared_mem_bytes: DecodeRowsSmem::new(r, n, block_rows, c.num_angles as u32).bytes(),
+        }
+    } else {
+        LaunchConfig {
+            grid_dim: (c.heads as u32, c.batch as u32, 1),
+            block_dim: (32 * DECODE_WARPS, 1, 1),
+            shared_mem_bytes: c.shared_memory_bytes() as u32,
+        }
     };
     let args = DecodeArgs(params);
     let mut launch = gpu.launch(stream, kernel)?;
     launch.arg(&args);
     // SAFETY: every pointer was validated against the config's shapes above and the launch shape
-    // is the kernel's contract (grid (H,B), DECODE_WARPS warps, DecodeSmem bytes).
+    // is the chosen kernel's contract (register-resident: grid (H·splits, B), DECODE_ROWS_WARPS
+    // warps, DecodeRowsSmem bytes, N % 4 == 0, N ≤ 128, one block per (b, h) in fused-norm mode,
+    // the state's zeroed arrival counters; otherwise grid (H,B), DECODE_WARPS warps, DecodeSmem).
     let launched = unsafe { launch.run(cfg) };
     drop(ptrs);
     launched

@@ -647,9 +647,10 @@ struct CombineArgs(SegmentCombineParams);
 unsafe impl DeviceRepr for CombineArgs {}
 
 /// A device address range `[start, end)` with the argument it belongs to.
-type Range = (u64, u64, &'static str);
+pub(crate) type Range = (u64, u64, &'static str);
 
-fn overlap_check(outputs: &[Range], all: &[Range]) -> Result<()> {
+/// Fails naming the first output range that overlaps another (differently named) range.
+pub(crate) fn overlap_check(outputs: &[Range], all: &[Range]) -> Result<()> {
     for &(s0, e0, name0) in outputs {
         for &(s1, e1, name1) in all {
             if name0 != name1 && s0 < e1 && s1 < e0 {

@@ -33,6 +33,22 @@ pub enum Kernel {
     DecodeBf16R4,
     /// Decode, bf16 activations, rank 8.
     DecodeBf16R8,
+    /// Register-resident decode, f32 activations, rank 1.
+    DecodeRowsF32R1,
+    /// Register-resident decode, f32 activations, rank 2.
+    DecodeRowsF32R2,
+    /// Register-resident decode, f32 activations, rank 4.
+    DecodeRowsF32R4,
+    /// Register-resident decode, f32 activations, rank 8.
+    DecodeRowsF32R8,
+    /// Register-resident decode, bf16 activations, rank 1.
+    DecodeRowsBf16R1,
+    /// Register-resident decode, bf16 activations, rank 2.
+    DecodeRowsBf16R2,
+    /// Register-resident decode, bf16 activations, rank 4.
+    DecodeRowsBf16R4,
+    /// Register-resident decode, bf16 activations, rank 8.
+    DecodeRowsBf16R8,
     /// Chunked forward, FMA path, f32 activations, rank 1.
     ForwardFmaF32R1,
     /// Chunked forward, FMA path, f32 activations, rank 2.
@@ -67,11 +83,19 @@ pub enum Kernel {
     SegmentStateBf16R8,
     /// Combine pass of the split forward (segment hand-off states, f32).
     SegmentCombineF32,
+    /// Backward, per-(head, batch row) reverse sweep, f32 activations.
+    BackwardHeadF32,
+    /// Backward, per-(head, batch row) reverse sweep, bf16 activations.
+    BackwardHeadBf16,
+    /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, f32.
+    BackwardReduceF32,
+    /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, bf16.
+    BackwardReduceBf16,
 }
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 31] = [
+    pub const ALL: [Kernel; 43] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -86,6 +110,14 @@ impl Kernel {
         Kernel::DecodeBf16R2,
         Kernel::DecodeBf16R4,
         Kernel::DecodeBf16R8,
+        Kernel::DecodeRowsF32R1,
+        Kernel::DecodeRowsF32R2,
+        Kernel::DecodeRowsF32R4,
+        Kernel::DecodeRowsF32R8,
+        Kernel::DecodeRowsBf16R1,
+        Kernel::DecodeRowsBf16R2,
+        Kernel::DecodeRowsBf16R4,
+        Kernel::DecodeRowsBf16R8,
         Kernel::ForwardFmaF32R1,
         Kernel::ForwardFmaF32R2,
         Kernel::ForwardFmaF32R4,
@@ -103,6 +135,10 @@ impl Kernel {
         Kernel::SegmentStateBf16R4,
         Kernel::SegmentStateBf16R8,
         Kernel::SegmentCombineF32,
+        Kernel::BackwardHeadF32,
+        Kernel::BackwardHeadBf16,
+        Kernel::BackwardReduceF32,
+        Kernel::BackwardReduceBf16,
     ];
 
     /// Its symbol in the PTX (`.entry` name).
@@ -122,6 +158,14 @@ impl Kernel {
             Kernel::DecodeBf16R2 => "decode_bf16_r2",
             Kernel::DecodeBf16R4 => "decode_bf16_r4",
             Kernel::DecodeBf16R8 => "decode_bf16_r8",
+            Kernel::DecodeRowsF32R1 => "decode_rows_f32_r1",
+            Kernel::DecodeRowsF32R2 => "decode_rows_f32_r2",
+            Kernel::DecodeRowsF32R4 => "decode_rows_f32_r4",
+            Kernel::DecodeRowsF32R8 => "decode_rows_f32_r8",
+            Kernel::DecodeRowsBf16R1 => "decode_rows_bf16_r1",
+            Kernel::DecodeRowsBf16R2 => "decode_rows_bf16_r2",
+            Kernel::DecodeRowsBf16R4 => "decode_rows_bf16_r4",
+            Kernel::DecodeRowsBf16R8 => "decode_rows_bf16_r8",
             Kernel::ForwardFmaF32R1 => "forward_fma_f32_r1",
             Kernel::ForwardFmaF32R2 => "forward_fma_f32_r2",
             Kernel::ForwardFmaF32R4 => "forward_fma_f32_r4",
@@ -139,6 +183,10 @@ impl Kernel {
             Kernel::SegmentStateBf16R4 => "segment_state_bf16_r4",
             Kernel::SegmentStateBf16R8 => "segment_state_bf16_r8",
             Kernel::SegmentCombineF32 => "segment_combine_f32",
+            Kernel::BackwardHeadF32 => "backward_head_f32",
+            Kernel::BackwardHeadBf16 => "backward_head_bf16",
+            Kernel::BackwardReduceF32 => "backward_reduce_f32",
+            Kernel::BackwardReduceBf16 => "backward_reduce_bf16",
         }
     }
 
@@ -154,6 +202,22 @@ impl Kernel {
             (Bf16, 2) => Kernel::DecodeBf16R2,
             (Bf16, 4) => Kernel::DecodeBf16R4,
             (Bf16, 8) => Kernel::DecodeBf16R8,
+            _ => return None,
+        })
+    }
+
+    /// The register-resident decode kernel for an activation dtype and rank, if instantiated.
+    pub fn decode_rows(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
+        use crate::Dtype::{Bf16, F32};
+        Some(match (dtype, rank) {
+            (F32, 1) => Kernel::DecodeRowsF32R1,
+            (F32, 2) => Kernel::DecodeRowsF32R2,
+            (F32, 4) => Kernel::DecodeRowsF32R4,
+            (F32, 8) => Kernel::DecodeRowsF32R8,
+            (Bf16, 1) => Kernel::DecodeRowsBf16R1,
+            (Bf16, 2) => Kernel::DecodeRowsBf16R2,
+            (Bf16, 4) => Kernel::DecodeRowsBf16R4,
+            (Bf16, 8) => Kernel::DecodeRowsBf16R8,
             _ => return None,
         })
     }

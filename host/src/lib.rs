@@ -6,6 +6,7 @@
 //! | a GPU and its loaded module | [`Gpu`] (one per device ordinal per process) |
 //! | one compiled kernel | a row of [`Kernel`], the table every launch goes through |
 //! | the Mamba-3 MIMO forward | [`forward`]: config, validation, launch into caller buffers |
+//! | its gradients | [`backward`]: same inputs plus `dout`, gradients into caller buffers |
 //! | "what is correct" | [`golden`], the float64 CPU model of the spec |
 //! | a failure | [`Error`]: typed, naming the argument, its value and the rule |
 //!
@@ -13,6 +14,7 @@
 //! dynamically, and [`Gpu::new`] returns [`Error::NoDriver`] / [`Error::NoDevice`] instead of
 //! panicking.
 
+pub mod backward;
 mod config;
 pub mod decode;
 mod device;

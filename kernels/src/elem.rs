@@ -19,6 +19,26 @@ pub trait Elem: Copy {
     unsafe fn store(base: u64, i: usize, value: f32);
 }
 
+/// Loads f32 element `i` of a global f32 tensor (parameters, scalars, workspaces).
+///
+/// # Safety
+/// `base + i` must be a valid, readable f32 element.
+#[inline(always)]
+pub unsafe fn ldg(base: u64, i: usize) -> f32 {
+    // SAFETY: forwarded to the caller.
+    unsafe { <f32 as Elem>::load(base, i) }
+}
+
+/// Stores `value` at f32 element `i` of a global f32 tensor.
+///
+/// # Safety
+/// `base + i` must be a valid, writable f32 element.
+#[inline(always)]
+pub unsafe fn stg(base: u64, i: usize, value: f32) {
+    // SAFETY: forwarded to the caller.
+    unsafe { <f32 as Elem>::store(base, i, value) }
+}
+
 /// bfloat16, as its 16-bit pattern.
 #[derive(Clone, Copy)]
 #[repr(transparent)]

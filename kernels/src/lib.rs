@@ -10,7 +10,9 @@
 
 pub mod angles;
 pub mod arch;
+pub mod backward_recurrent;
 pub mod decode;
+pub mod decode_rows;
 pub mod chunked_forward;
 pub mod elem;
 pub mod frag;

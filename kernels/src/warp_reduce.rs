@@ -12,3 +12,35 @@ pub fn sum(mut v: f32) -> f32 {
     }
     v
 }
+
+/// Sums each of `V` per-lane values over the 32 lanes (`V` a power of two ≤ 32) and returns, in
+/// lane `l`, the total of value `l / (32 / V)`. Every lane must call it.
+///
+/// Why not `V` calls of [`sum`]: each halving step sends half of the values still held to the
+/// partner lane and keeps the other half (the upper half where the partner bit is set), so `V`
+/// totals take `V − 1` shuffles before the remaining `5 − log2 V` butterfly steps, not `5·V`.
+#[inline(always)]
+pub fn sum_transposed<const V: usize>(mut vals: [f32; V], lane: u32) -> f32 {
+    let mut count = V;
+    let mut mask = 16;
+    while count > 1 {
+        let half = count / 2;
+        let upper = lane & mask != 0;
+        for i in 0..half {
+            let (keep, send) = if upper {
+                (vals[i + half], vals[i])
+            } else {
+                (vals[i], vals[i + half])
+            };
+            vals[i] = keep + shfl_xor_f32(send, mask);
+        }
+        count = half;
+        mask /= 2;
+    }
+    let mut v = vals[0];
+    while mask > 0 {
+        v += shfl_xor_f32(v, mask);
+        mask /= 2;
+    }
+    v
+}

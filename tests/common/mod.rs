@@ -41,6 +41,27 @@ pub fn rel_err(ours: &[f64], reference: &[f64]) -> f64 {
     }
 }
 
+/// Error of one gradient of a backward call: [`rel_err`], except for a gradient that is zero in
+/// exact arithmetic (largest reference element at most 1e-9 of `call_scale`, the largest element
+/// of any gradient of the call; e.g. ∂θ at S = 1, where q and k share θ), whose rounding noise is
+/// measured against `call_scale` instead of its own (vanishing) magnitude.
+pub fn grad_err(ours: &[f64], reference: &[f64], call_scale: f64) -> f64 {
+    let scale = reference.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    if scale > 1e-9 * call_scale {
+        return rel_err(ours, reference);
+    }
+    let diff = ours
+        .iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    if diff.is_nan() {
+        f64::INFINITY
+    } else {
+        diff / call_scale.max(f64::MIN_POSITIVE)
+    }
+}
+
 /// Like [`rel_err`] for angles: differences are taken modulo 2π (into [−π, π]) and scaled by the largest
 /// reference angle after reduction into [0, 2π).
 pub fn angle_rel_err(ours: &[f64], reference: &[f64]) -> f64 {

@@ -304,6 +304,49 @@ pub mod arch {
         pub fn wait_group<const PENDING: u32>() {}
     }
 
+    /// Global accesses checked against the launch's buffers; blocks run one after another, so the
+    /// atomics need no more than a plain read-modify-write.
+    pub mod global {
+        use super::super::check_global;
+
+        pub unsafe fn ld_global_f32(addr: u64) -> f32 {
+            check_global(addr, 0, 4, false);
+            unsafe { (addr as *const f32).read() }
+        }
+        pub unsafe fn ld_global_nc_f32(addr: u64) -> f32 {
+            unsafe { ld_global_f32(addr) }
+        }
+        pub unsafe fn ld_global_v4_f32(addr: u64) -> [f32; 4] {
+            if !addr.is_multiple_of(16) {
+                super::super::fail(format!("unaligned 16-byte global load at {addr:#x}"));
+            }
+            check_global(addr, 0, 16, false);
+            unsafe { (addr as *const [f32; 4]).read() }
+        }
+        pub unsafe fn st_global_v4_f32(addr: u64, v: [f32; 4]) {
+            if !addr.is_multiple_of(16) {
+                super::super::fail(format!("unaligned 16-byte global store at {addr:#x}"));
+            }
+            check_global(addr, 0, 16, true);
+            unsafe { (addr as *mut [f32; 4]).write(v) }
+        }
+        pub unsafe fn st_global_f32(addr: u64, v: f32) {
+            check_global(addr, 0, 4, true);
+            unsafe { (addr as *mut f32).write(v) }
+        }
+        pub unsafe fn st_global_u32(addr: u64, v: u32) {
+            check_global(addr, 0, 4, true);
+            unsafe { (addr as *mut u32).write(v) }
+        }
+        pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
+            check_global(addr, 0, 4, true);
+            let old = unsafe { (addr as *const u32).read() };
+            unsafe { (addr as *mut u32).write(old.wrapping_add(v)) };
+            old
+        }
+        pub fn fence_acq_rel_gpu() {}
+    }
+
     pub mod sreg {
         use std::sync::atomic::Ordering;
 
@@ -377,6 +420,14 @@ pub mod elem {
         const BYTES: u32;
         unsafe fn load(base: u64, i: usize) -> f32;
         unsafe fn store(base: u64, i: usize, value: f32);
+    }
+
+    pub unsafe fn ldg(base: u64, i: usize) -> f32 {
+        unsafe { <f32 as Elem>::load(base, i) }
+    }
+
+    pub unsafe fn stg(base: u64, i: usize, value: f32) {
+        unsafe { <f32 as Elem>::store(base, i, value) }
     }
 
     #[derive(Clone, Copy)]

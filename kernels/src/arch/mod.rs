@@ -8,3 +8,4 @@ pub mod ldmatrix;
 pub mod mma;
 pub mod sreg;
 pub mod float;
+pub mod global;

@@ -1,0 +1,323 @@
+//! The contract of the Mamba-3 MIMO backward kernels (spec §5): parameters, shared-memory layout
+//! of the per-head kernel, workspace sizes and the per-(batch, head) parameter-gradient slots.
+
+/// Threads per block of the backward kernels.
+pub const BACKWARD_THREADS: u32 = 256;
+
+/// Parameters of one backward call (both kernels take the same struct).
+///
+/// Inputs have the forward's layouts (see [`crate::ForwardParams`]); `dout` has the output's
+/// layout, `(B,S,H,P)` X or `(B,S,R,H,P)` X in prereduce mode. Gradients:
+/// dq, dk `(B,S,R,G,N)` X; dv, dz `(B,S,H,P)` X; dtrap `(B,H,S)` X (w.r.t. the raw logits);
+/// ddt, dadt `(B,H,S)` f32; dangles `(B,S,H,Na)` f32 (w.r.t. the raw logits); dq_bias, dk_bias
+/// `(H,R,N)`, dmimo_v/z/o `(H,R,P)`, dd `(H)`, dnorm `(H,P)` f32 (optional ones 0 when absent).
+/// Workspace (f32, sizes from [`BackwardWorkspace`]): `ckpt` state checkpoints per segment,
+/// `seg` the recomputed states of one segment, `cs` cosines and sines of every θ, `dqh`/`dkh`
+/// per-value-head q/k gradients `(B,S,R,H,N)`, `slots` per-(b, h) parameter-gradient partials.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BackwardParams {
+    /// q `(B,S,R,G,N)` X.
+    pub q: u64,
+    /// k `(B,S,R,G,N)` X.
+    pub k: u64,
+    /// v `(B,S,H,P)` X.
+    pub v: u64,
+    /// z `(B,S,H,P)` X or 0.
+    pub z: u64,
+    /// Raw trap logits `(B,H,S)` X.
+    pub trap: u64,
+    /// Step sizes `(B,H,S)` f32.
+    pub dt: u64,
+    /// Log decays `(B,H,S)` f32.
+    pub adt: u64,
+    /// Raw angle logits `(B,S,H,Na)` f32.
+    pub angles: u64,
+    /// `(H,R,N)` f32.
+    pub q_bias: u64,
+    /// `(H,R,N)` f32.
+    pub k_bias: u64,
+    /// `(H,R,P)` f32.
+    pub mimo_v: u64,
+    /// `(H,R,P)` f32 or 0 (set iff z is).
+    pub mimo_z: u64,
+    /// `(H,R,P)` f32, or 0 in prereduce mode.
+    pub mimo_o: u64,
+    /// `(H)` f32 or 0.
+    pub d: u64,
+    /// `(H,P)` f32 or 0 (weight 1; fused-norm mode only).
+    pub norm_weight: u64,
+    /// ∂L/∂out, the output's layout, X.
+    pub dout: u64,
+    /// ∂L/∂q `(B,S,R,G,N)` X (reduce kernel).
+    pub dq: u64,
+    /// ∂L/∂k `(B,S,R,G,N)` X (reduce kernel).
+    pub dk: u64,
+    /// ∂L/∂v `(B,S,H,P)` X.
+    pub dv: u64,
+    /// ∂L/∂z `(B,S,H,P)` X, or 0 (iff z is).
+    pub dz: u64,
+    /// ∂L/∂trap logits `(B,H,S)` X.
+    pub dtrap: u64,
+    /// ∂L/∂Δ `(B,H,S)` f32.
+    pub ddt: u64,
+    /// ∂L/∂a `(B,H,S)` f32.
+    pub dadt: u64,
+    /// ∂L/∂angle logits `(B,S,H,Na)` f32.
+    pub dangles: u64,
+    /// `(H,R,N)` f32 (reduce kernel).
+    pub dq_bias: u64,
+    /// `(H,R,N)` f32 (reduce kernel).
+    pub dk_bias: u64,
+    /// `(H,R,P)` f32 (reduce kernel).
+    pub dmimo_v: u64,
+    /// `(H,R,P)` f32 or 0 (reduce kernel).
+    pub dmimo_z: u64,
+    /// `(H,R,P)` f32 or 0 (reduce kernel).
+    pub dmimo_o: u64,
+    /// `(H)` f32 or 0 (reduce kernel).
+    pub dd: u64,
+    /// `(H,P)` f32 or 0 (reduce kernel).
+    pub dnorm: u64,
+    /// Workspace: states entering each segment, `(B,H,nseg,P,N)` f32 (segment 0 unused).
+    pub ckpt: u64,
+    /// Workspace: states of the segment being reversed, `(B,H,min(L,S),P,N)` f32.
+    pub seg: u64,
+    /// Workspace: `cos θ`, `sin θ` of every token, `(B,H,S,2,Na)` f32.
+    pub cs: u64,
+    /// Workspace: per-value-head ∂L/∂q̃ `(B,S,R,H,N)` f32.
+    pub dqh: u64,
+    /// Workspace: per-value-head ∂L/∂k̃ `(B,S,R,H,N)` f32.
+    pub dkh: u64,
+    /// Workspace: parameter-gradient partials `(B,H,slot_len)` f32, see [`BackwardSlots`].
+    pub slots: u64,
+    /// Batch rows B.
+    pub batch: u32,
+    /// Tokens S (≥ 1).
+    pub seq_len: u32,
+    /// MIMO rank R.
+    pub rank: u32,
+    /// Value heads H.
+    pub heads: u32,
+    /// q/k groups G (divides H).
+    pub groups: u32,
+    /// State size N (even).
+    pub n: u32,
+    /// Head dim P.
+    pub p: u32,
+    /// Rotary angles Na (≤ N/2).
+    pub na: u32,
+    /// Segment length L (≥ 1): tokens between state checkpoints.
+    pub seg_len: u32,
+    /// One of [`crate::output_mode`].
+    pub mode: u32,
+    /// One of [`crate::rotation`].
+    pub rotation: u32,
+    /// RMSNorm epsilon (fused-norm mode).
+    pub norm_eps: f32,
+    /// Blocks of the reduce kernel's grid (grid-stride loop).
+    pub reduce_blocks: u32,
+}
+
+/// Offsets (f32 elements) of one (b, h)'s parameter-gradient partials in the `slots` workspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardSlots {
+    /// ∂q_bias `(R,N)`.
+    pub q_bias: u32,
+    /// ∂k_bias `(R,N)`.
+    pub k_bias: u32,
+    /// ∂mimo_v `(R,P)`.
+    pub mimo_v: u32,
+    /// ∂mimo_z `(R,P)`.
+    pub mimo_z: u32,
+    /// ∂mimo_o `(R,P)`.
+    pub mimo_o: u32,
+    /// ∂norm weight `(P)`.
+    pub norm: u32,
+    /// ∂D (1).
+    pub d: u32,
+    /// Elements per (b, h).
+    pub len: u32,
+}
+
+impl BackwardSlots {
+    /// The layout for rank `r`, state size `n`, head dim `p`.
+    pub const fn new(r: u32, n: u32, p: u32) -> Self {
+        let rn = r * n;
+        let rp = r * p;
+        BackwardSlots {
+            q_bias: 0,
+            k_bias: rn,
+            mimo_v: 2 * rn,
+            mimo_z: 2 * rn + rp,
+            mimo_o: 2 * rn + 2 * rp,
+            norm: 2 * rn + 3 * rp,
+            d: 2 * rn + 3 * rp + p,
+            len: 2 * rn + 3 * rp + p + 1,
+        }
+    }
+}
+
+/// Workspace element counts (f32) of one backward call, saturating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardWorkspace {
+    /// `ckpt`.
+    pub ckpt: u64,
+    /// `seg`.
+    pub seg: u64,
+    /// `cs`.
+    pub cs: u64,
+    /// `dqh` (and `dkh`).
+    pub dqkh: u64,
+    /// `slots`.
+    pub slots: u64,
+}
+
+impl BackwardWorkspace {
+    /// Sizes for B, S, R, H, N, P, Na and segment length L.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(b: u64, s: u64, r: u64, h: u64, n: u64, p: u64, na: u64, l: u64) -> Self {
+        let bh = b.saturating_mul(h);
+        let state = p.saturating_mul(n);
+        let nseg = if l == 0 { 0 } else { s.div_ceil(l) };
+        BackwardWorkspace {
+            ckpt: bh.saturating_mul(nseg).saturating_mul(state),
+            seg: bh
+                .saturating_mul(if l < s { l } else { s })
+                .saturating_mul(state),
+            cs: bh.saturating_mul(s).saturating_mul(2 * na),
+            dqkh: bh.saturating_mul(s).saturating_mul(r).saturating_mul(n),
+            slots: bh.saturating_mul(BackwardSlots::new(r as u32, n as u32, p as u32).len as u64),
+        }
+    }
+}
+
+/// Shared-memory regions of the per-head backward kernel, offsets in f32 elements. Token-indexed
+/// regions have two slots (token parity); states have rows of `N + 1` (odd stride: row-wise reads
+/// by consecutive p hit distinct banks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardSmem {
+    /// Row stride of the state regions (N + 1).
+    pub n_stride: u32,
+    /// Running state `(P, N+1)` of the forward sweep and of segment recomputes.
+    pub state: u32,
+    /// Adjoint `G = ∂L/∂H_t` `(P, N+1)`.
+    pub adj: u32,
+    /// Rotated, biased q̂ `(2, R, N)`.
+    pub q: u32,
+    /// Rotated, biased k̂ `(2, R, N)`.
+    pub k: u32,
+    /// Up-projected x `(2, R, P)`.
+    pub x: u32,
+    /// Raw outputs y `(R, P)` of the current token.
+    pub y: u32,
+    /// δ = ∂L/∂y `(R, P)`.
+    pub delta: u32,
+    /// ∂L/∂q̂ `(R, N)` of the current token.
+    pub dq: u32,
+    /// ∂L/∂k̂ `(2, R, N)` (current token, and the β-term carry of the previous one).
+    pub dk: u32,
+    /// ∂L/∂x `(2, R, P)` (same two slots).
+    pub dx: u32,
+    /// Per-rank inverse RMS and `mean_p(dŷ ⊙ ŷ)`, `(2, R)`.
+    pub stats: u32,
+    /// Accumulated ∂q_bias `(R, N)`.
+    pub acc_qb: u32,
+    /// Accumulated ∂k_bias `(R, N)`.
+    pub acc_kb: u32,
+    /// Accumulated ∂mimo_v `(R, P)`.
+    pub acc_mv: u32,
+    /// Accumulated ∂mimo_z `(R, P)`.
+    pub acc_mz: u32,
+    /// Accumulated ∂mimo_o `(R, P)`.
+    pub acc_mo: u32,
+    /// Accumulated ∂norm weight `(P)`.
+    pub acc_norm: u32,
+    /// Accumulated ∂D per p `(P)`.
+    pub acc_d: u32,
+    /// Reverse running sums of ∂L/∂θ `(Na)`.
+    pub suffix: u32,
+    /// The θ-path part of ∂L/∂Δ per angle of the current token `(Na)`.
+    pub ddt_angle: u32,
+    /// Running θ totals of the forward sweep, f64 as two words each `(2·Na)`.
+    pub theta: u32,
+    /// Per-warp partial sums of the block reductions `(3, warps)`.
+    pub red: u32,
+    /// Total words.
+    pub total: u32,
+}
+
+impl BackwardSmem {
+    /// The layout for rank `r`, state size `n`, head dim `p`, `na` angles.
+    pub const fn new(r: u32, n: u32, p: u32, na: u32) -> Self {
+        let n_stride = n + 1;
+        let st = p * n_stride;
+        let rn = r * n;
+        let rp = r * p;
+        let state = 0;
+        let adj = state + st;
+        let q = adj + st;
+        let k = q + 2 * rn;
+        let x = k + 2 * rn;
+        let y = x + 2 * rp;
+        let delta = y + rp;
+        let dq = delta + rp;
+        let dk = dq + rn;
+        let dx = dk + 2 * rn;
+        let stats = dx + 2 * rp;
+        let acc_qb = stats + 2 * r;
+        let acc_kb = acc_qb + rn;
+        let acc_mv = acc_kb + rn;
+        let acc_mz = acc_mv + rp;
+        let acc_mo = acc_mz + rp;
+        let acc_norm = acc_mo + rp;
+        let acc_d = acc_norm + p;
+        let suffix = acc_d + p;
+        let ddt_angle = suffix + na;
+        // f64 words: even offset.
+        let theta = (ddt_angle + na + 1) & !1;
+        let red = theta + 2 * na;
+        let total = red + 3 * (BACKWARD_THREADS / 32);
+        BackwardSmem {
+            n_stride,
+            state,
+            adj,
+            q,
+            k,
+            x,
+            y,
+            delta,
+            dq,
+            dk,
+            dx,
+            stats,
+            acc_qb,
+            acc_kb,
+            acc_mv,
+            acc_mz,
+            acc_mo,
+            acc_norm,
+            acc_d,
+            suffix,
+            ddt_angle,
+            theta,
+            red,
+            total,
+        }
+    }
+
+    /// Size in bytes.
+    pub const fn bytes(&self) -> u32 {
+        4 * self.total
+    }
+}
+
+/// Dynamic shared memory of the per-head backward kernel in bytes ([`BackwardSmem::bytes`]);
+/// `u64::MAX` when a size is too large for the layout's 32-bit offsets.
+pub const fn backward_smem_bytes(r: u64, n: u64, p: u64, na: u64) -> u64 {
+    const LIMIT: u64 = 1 << 12;
+    if r > LIMIT || n > LIMIT || p > LIMIT || na > LIMIT {
+        return u64::MAX;
+    }
+    BackwardSmem::new(r as u32, n as u32, p as u32, na as u32).bytes() as u64
+}

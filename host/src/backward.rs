@@ -1,0 +1,619 @@
+//! Mamba-3 MIMO backward on the GPU (spec §5): the gradients of `L = Σ out ⊙ dout` with respect
+//! to every input of [`forward`](crate::forward::forward), from the same inputs and `dout`.
+//!
+//! * [`backward`]: validates, then enqueues two kernels ([`dispatch_paths`]) on the caller's
+//!   stream, writing into caller-provided gradient buffers ([`GradientsMut`]) and a caller-provided
+//!   f32 workspace of [`workspace_len`] elements; it never allocates or synchronizes.
+//! * [`backward_alloc`] allocates the gradients and the workspace for you.
+//! * [`validate_backward`]: every rule, as a pure function of the config and buffer lengths.
+//!
+//! The config is the forward's [`ForwardConfig`]; its `chunk_size` is used as the segment length
+//! L between the state checkpoints of the backward (any L ≥ 1; memory ≈ (⌈S/L⌉ + L)·P·N f32 per
+//! (b, h), smallest near L = √S).
+//!
+//! Gradient layouts are the inputs' layouts ([`forward`](crate::forward) module docs); dq, dk, dv,
+//! dz and dtrap have the activation type `T`, every other gradient is f32. dq and dk are summed
+//! over the H/G value heads of each group; dtrap is with respect to the raw (pre-sigmoid) logits,
+//! dangles with respect to the raw (pre-tanh) logits, dadt with respect to the natural-log decay;
+//! ddt holds both the decay/trapezoid path and the path through θ. An optional gradient is given
+//! exactly when its input is (dz and dmimo_z with z, dmimo_o outside prereduce mode, dd with d,
+//! dnorm with norm_weight).
+//!
+//! Gradients of the final states are not supported: the backward assumes `L` does not depend on
+//! them (the forward's final states are decode hand-off values, detached as in upstream).
+//!
+//! # Determinism
+//! No floating-point atomics: every gradient element is owned by one thread and accumulated in a
+//! fixed order, the per-head q/k gradients and per-(b, h) parameter partials are reduced by a
+//! second kernel in head / batch order. Repeated runs are bitwise identical.
+//!
+//! # Limits and cost (first version)
+//! The forward's limits, and the per-head kernel's shared memory
+//! ([`backward_shared_memory_bytes`], ≈ 4·(2·P·(N+1) + 9·R·(N+P) + …) bytes) within the device's
+//! opt-in maximum ([`Error::SharedMemory`] otherwise). Tokens are walked serially per (b, h)
+//! with f32 FMA loops: correct and deterministic, not yet fast (see `notes/backward.md`).
+
+use cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchConfig, SyncOnDrop,
+};
+use mamba3_abi::{backward_smem_bytes, BackwardParams, BackwardWorkspace, BACKWARD_THREADS};
+
+use crate::config::{Activation, Dtype, OutputMode};
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::forward::{overlap_check, validate, ForwardConfig, ForwardInputs, ForwardLens, Range};
+use crate::kernel::Kernel;
+
+/// Element counts of the gradient buffers of one call (`None`: not given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GradientLens {
+    /// dq.
+    pub q: usize,
+    /// dk.
+    pub k: usize,
+    /// dv.
+    pub v: usize,
+    /// dz.
+    pub z: Option<usize>,
+    /// dtrap.
+    pub trap: usize,
+    /// ddt.
+    pub dt: usize,
+    /// dadt.
+    pub adt: usize,
+    /// dangles.
+    pub angles: usize,
+    /// dq_bias.
+    pub q_bias: usize,
+    /// dk_bias.
+    pub k_bias: usize,
+    /// dmimo_v.
+    pub mimo_v: usize,
+    /// dmimo_z.
+    pub mimo_z: Option<usize>,
+    /// dmimo_o.
+    pub mimo_o: Option<usize>,
+    /// dd.
+    pub d: Option<usize>,
+    /// dnorm (norm weight).
+    pub norm_weight: Option<usize>,
+}
+
+/// Caller-provided gradient buffers (see the module docs for layouts and presence).
+pub struct GradientsMut<'a, T> {
+    /// ∂L/∂q (B,S,R,G,N).
+    pub q: CudaViewMut<'a, T>,
+    /// ∂L/∂k (B,S,R,G,N).
+    pub k: CudaViewMut<'a, T>,
+    /// ∂L/∂v (B,S,H,P).
+    pub v: CudaViewMut<'a, T>,
+    /// ∂L/∂z (B,S,H,P), iff z is given.
+    pub z: Option<CudaViewMut<'a, T>>,
+    /// ∂L/∂trap logits (B,H,S).
+    pub trap: CudaViewMut<'a, T>,
+    /// ∂L/∂Δ (B,H,S).
+    pub dt: CudaViewMut<'a, f32>,
+    /// ∂L/∂a (B,H,S).
+    pub adt: CudaViewMut<'a, f32>,
+    /// ∂L/∂angle logits (B,S,H,Na).
+    pub angles: CudaViewMut<'a, f32>,
+    /// ∂L/∂q_bias (H,R,N).
+    pub q_bias: CudaViewMut<'a, f32>,
+    /// ∂L/∂k_bias (H,R,N).
+    pub k_bias: CudaViewMut<'a, f32>,
+    /// ∂L/∂mimo_v (H,R,P).
+    pub mimo_v: CudaViewMut<'a, f32>,
+    /// ∂L/∂mimo_z (H,R,P), iff z is given.
+    pub mimo_z: Option<CudaViewMut<'a, f32>>,
+    /// ∂L/∂mimo_o (H,R,P), iff the mode is not prereduce.
+    pub mimo_o: Option<CudaViewMut<'a, f32>>,
+    /// ∂L/∂D (H), iff d is given.
+    pub d: Option<CudaViewMut<'a, f32>>,
+    /// ∂L/∂norm weight (H,P), iff norm_weight is given.
+    pub norm_weight: Option<CudaViewMut<'a, f32>>,
+}
+
+impl<T> GradientsMut<'_, T> {
+    fn lens(&self) -> GradientLens {
+        GradientLens {
+            q: self.q.len(),
+            k: self.k.len(),
+            v: self.v.len(),
+            z: self.z.as_ref().map(|x| x.len()),
+            trap: self.trap.len(),
+            dt: self.dt.len(),
+            adt: self.adt.len(),
+            angles: self.angles.len(),
+            q_bias: self.q_bias.len(),
+            k_bias: self.k_bias.len(),
+            mimo_v: self.mimo_v.len(),
+            mimo_z: self.mimo_z.as_ref().map(|x| x.len()),
+            mimo_o: self.mimo_o.as_ref().map(|x| x.len()),
+            d: self.d.as_ref().map(|x| x.len()),
+            norm_weight: self.norm_weight.as_ref().map(|x| x.len()),
+        }
+    }
+}
+
+/// Gradients allocated by [`backward_alloc`] (same fields as [`GradientsMut`]).
+pub struct Gradients<T> {
+    /// ∂L/∂q (B,S,R,G,N).
+    pub q: CudaSlice<T>,
+    /// ∂L/∂k (B,S,R,G,N).
+    pub k: CudaSlice<T>,
+    /// ∂L/∂v (B,S,H,P).
+    pub v: CudaSlice<T>,
+    /// ∂L/∂z (B,S,H,P), iff z is given.
+    pub z: Option<CudaSlice<T>>,
+    /// ∂L/∂trap logits (B,H,S).
+    pub trap: CudaSlice<T>,
+    /// ∂L/∂Δ (B,H,S).
+    pub dt: CudaSlice<f32>,
+    /// ∂L/∂a (B,H,S).
+    pub adt: CudaSlice<f32>,
+    /// ∂L/∂angle logits (B,S,H,Na).
+    pub angles: CudaSlice<f32>,
+    /// ∂L/∂q_bias (H,R,N).
+    pub q_bias: CudaSlice<f32>,
+    /// ∂L/∂k_bias (H,R,N).
+    pub k_bias: CudaSlice<f32>,
+    /// ∂L/∂mimo_v (H,R,P).
+    pub mimo_v: CudaSlice<f32>,
+    /// ∂L/∂mimo_z (H,R,P), iff z is given.
+    pub mimo_z: Option<CudaSlice<f32>>,
+    /// ∂L/∂mimo_o (H,R,P), iff the mode is not prereduce.
+    pub mimo_o: Option<CudaSlice<f32>>,
+    /// ∂L/∂D (H), iff d is given.
+    pub d: Option<CudaSlice<f32>>,
+    /// ∂L/∂norm weight (H,P), iff norm_weight is given.
+    pub norm_weight: Option<CudaSlice<f32>>,
+}
+
+impl<T> Gradients<T> {
+    /// Mutable views of every buffer, for [`backward`].
+    pub fn as_views_mut(&mut self) -> GradientsMut<'_, T> {
+        GradientsMut {
+            q: self.q.as_view_mut(),
+            k: self.k.as_view_mut(),
+            v: self.v.as_view_mut(),
+            z: self.z.as_mut().map(|x| x.as_view_mut()),
+            trap: self.trap.as_view_mut(),
+            dt: self.dt.as_view_mut(),
+            adt: self.adt.as_view_mut(),
+            angles: self.angles.as_view_mut(),
+            q_bias: self.q_bias.as_view_mut(),
+            k_bias: self.k_bias.as_view_mut(),
+            mimo_v: self.mimo_v.as_view_mut(),
+            mimo_z: self.mimo_z.as_mut().map(|x| x.as_view_mut()),
+            mimo_o: self.mimo_o.as_mut().map(|x| x.as_view_mut()),
+            d: self.d.as_mut().map(|x| x.as_view_mut()),
+            norm_weight: self.norm_weight.as_mut().map(|x| x.as_view_mut()),
+        }
+    }
+}
+
+/// The workspace regions of `config` (f32 elements each), `None` when a size overflows.
+fn workspace_parts(config: &ForwardConfig) -> Option<BackwardWorkspace> {
+    let u = |x: usize| x as u64;
+    let ws = BackwardWorkspace::new(
+        u(config.batch),
+        u(config.seq_len),
+        u(config.rank),
+        u(config.heads),
+        u(config.state_dim),
+        u(config.head_dim),
+        u(config.num_angles),
+        u(config.chunk_size),
+    );
+    let total = [ws.ckpt, ws.seg, ws.cs, ws.dqkh, ws.dqkh, ws.slots]
+        .iter()
+        .try_fold(0u64, |a, &x| a.checked_add(x))?;
+    (total < u64::MAX / 8 && usize::try_from(total).is_ok()).then_some(ws)
+}
+
+/// f32 elements of the workspace [`backward`] needs for `config` (checkpoints, one segment of
+/// states, cos/sin of every θ, per-head q/k gradients, per-(b, h) parameter partials); `None`
+/// when a size overflows `usize`.
+pub fn workspace_len(config: &ForwardConfig) -> Option<usize> {
+    let ws = workspace_parts(config)?;
+    usize::try_from(ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.slots).ok()
+}
+
+/// Dynamic shared memory of the per-head backward kernel for `config`, in bytes (saturating).
+pub fn backward_shared_memory_bytes(config: &ForwardConfig) -> u64 {
+    let u = |x: usize| x as u64;
+    backward_smem_bytes(
+        u(config.rank),
+        u(config.state_dim),
+        u(config.head_dim),
+        u(config.num_angles),
+    )
+}
+
+/// The gradient lengths `config` expects, given whether a norm weight is passed.
+pub fn expected_gradient_lens(
+    config: &ForwardConfig,
+    with_norm_weight: bool,
+) -> Option<GradientLens> {
+    let want = config.expected_lens(false)?;
+    Some(GradientLens {
+        q: want.q,
+        k: want.k,
+        v: want.v,
+        z: want.z,
+        trap: want.trap,
+        dt: want.dt,
+        adt: want.adt,
+        angles: want.angles,
+        q_bias: want.q_bias,
+        k_bias: want.k_bias,
+        mimo_v: want.mimo_v,
+        mimo_z: want.mimo_z,
+        mimo_o: want.mimo_o,
+        d: want.d,
+        norm_weight: if with_norm_weight {
+            want.norm_weight
+        } else {
+            None
+        },
+    })
+}
+
+fn grad_rule(arg: &'static str, actual: Option<usize>, expected: Option<usize>) -> Result<()> {
+    match (actual, expected) {
+        (Some(a), Some(e)) if a == e => Ok(()),
+        (Some(a), Some(e)) => Err(Error::invalid(
+            arg,
+            format!("{a} elements"),
+            format!("must hold {e} elements (the shape of its input)"),
+        )),
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(Error::invalid(
+            arg,
+            "absent",
+            "must be given: its input is given",
+        )),
+        (Some(a), None) => Err(Error::invalid(
+            arg,
+            format!("{a} elements"),
+            "must be absent: its input is absent",
+        )),
+    }
+}
+
+/// Checks a config, the input lengths (`inputs.out` is ignored), `dout`, the gradient lengths and
+/// the workspace length: every rule of [`backward`] that does not need the device. Errors name
+/// the argument, its value and the rule.
+pub fn validate_backward(
+    config: &ForwardConfig,
+    inputs: &ForwardLens,
+    dout: usize,
+    grads: &GradientLens,
+    workspace: usize,
+) -> Result<()> {
+    let want = config
+        .expected_lens(false)
+        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "tensor sizes overflow usize"))?;
+    validate(
+        config,
+        &ForwardLens {
+            out: want.out,
+            states: None,
+            ..*inputs
+        },
+    )?;
+    if dout != want.out {
+        let letters = if config.mode == OutputMode::Prereduce {
+            "(B,S,R,H,P)"
+        } else {
+            "(B,S,H,P)"
+        };
+        return Err(Error::invalid(
+            "dout",
+            format!("{dout} elements"),
+            format!(
+                "must hold {letters} = {} elements (the output's shape)",
+                want.out
+            ),
+        ));
+    }
+    let g = expected_gradient_lens(config, inputs.norm_weight.is_some())
+        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "tensor sizes overflow usize"))?;
+    grad_rule("grads.q", Some(grads.q), Some(g.q))?;
+    grad_rule("grads.k", Some(grads.k), Some(g.k))?;
+    grad_rule("grads.v", Some(grads.v), Some(g.v))?;
+    grad_rule("grads.z", grads.z, g.z)?;
+    grad_rule("grads.trap", Some(grads.trap), Some(g.trap))?;
+    grad_rule("grads.dt", Some(grads.dt), Some(g.dt))?;
+    grad_rule("grads.adt", Some(grads.adt), Some(g.adt))?;
+    grad_rule("grads.angles", Some(grads.angles), Some(g.angles))?;
+    grad_rule("grads.q_bias", Some(grads.q_bias), Some(g.q_bias))?;
+    grad_rule("grads.k_bias", Some(grads.k_bias), Some(g.k_bias))?;
+    grad_rule("grads.mimo_v", Some(grads.mimo_v), Some(g.mimo_v))?;
+    grad_rule("grads.mimo_z", grads.mimo_z, g.mimo_z)?;
+    grad_rule("grads.mimo_o", grads.mimo_o, g.mimo_o)?;
+    grad_rule("grads.d", grads.d, g.d)?;
+    grad_rule("grads.norm_weight", grads.norm_weight, g.norm_weight)?;
+    let ws = workspace_len(config).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
+    if workspace < ws {
+        return Err(Error::invalid(
+            "workspace",
+            format!("{workspace} elements"),
+            format!("must hold at least workspace_len(config) = {ws} f32 elements"),
+        ));
+    }
+    Ok(())
+}
+
+/// The compiled (per-head, reduce) kernels for an activation dtype.
+fn kernels_for(dtype: Dtype) -> (Kernel, Kernel) {
+    match dtype {
+        Dtype::F32 => (Kernel::BackwardHeadF32, Kernel::BackwardReduceF32),
+        Dtype::Bf16 => (Kernel::BackwardHeadBf16, Kernel::BackwardReduceBf16),
+    }
+}
+
+/// The kernels (PTX symbols, in launch order) that [`backward`] runs for `config`; empty when
+/// the config is invalid.
+pub fn dispatch_paths(config: &ForwardConfig) -> Vec<&'static str> {
+    if crate::forward::validate_config(config).is_err() {
+        return Vec::new();
+    }
+    let (head, reduce) = kernels_for(config.dtype);
+    vec![head.symbol(), reduce.symbol()]
+}
+
+/// Launch argument: the params struct by value.
+#[repr(transparent)]
+struct Args(BackwardParams);
+
+// SAFETY: `BackwardParams` is `#[repr(C)]` plain data (u64, u32, f32 fields), the layout both
+// kernels declare for their single parameter.
+unsafe impl DeviceRepr for Args {}
+
+/// Validates everything, then enqueues the backward of `config` on `stream`: `grads` receives
+/// every gradient, `workspace` (at least [`workspace_len`] f32 elements) is scratch. Never
+/// allocates and never synchronizes.
+///
+/// Errors (before any launch): [`Error::InvalidArgument`] naming the argument, its value and the
+/// rule (shapes, dtype, options, overlapping outputs, workspace too small);
+/// [`Error::SharedMemory`] naming both figures when the per-head kernel needs more shared memory
+/// than the device allows; driver errors from the launches.
+pub fn backward<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    dout: &CudaView<'_, T>,
+    grads: &mut GradientsMut<'_, T>,
+    workspace: &mut CudaViewMut<'_, f32>,
+) -> Result<()> {
+    if T::DTYPE != config.dtype {
+        return Err(Error::invalid(
+            "dtype",
+            format!("{:?}", config.dtype),
+            format!("must match the buffers' element type ({:?})", T::DTYPE),
+        ));
+    }
+    let input_lens = ForwardLens {
+        q: inputs.q.len(),
+        k: inputs.k.len(),
+        v: inputs.v.len(),
+        z: inputs.z.as_ref().map(|x| x.len()),
+        trap: inputs.trap.len(),
+        dt: inputs.dt.len(),
+        adt: inputs.adt.len(),
+        angles: inputs.angles.len(),
+        q_bias: inputs.q_bias.len(),
+        k_bias: inputs.k_bias.len(),
+        mimo_v: inputs.mimo_v.len(),
+        mimo_z: inputs.mimo_z.as_ref().map(|x| x.len()),
+        mimo_o: inputs.mimo_o.as_ref().map(|x| x.len()),
+        d: inputs.d.as_ref().map(|x| x.len()),
+        norm_weight: inputs.norm_weight.as_ref().map(|x| x.len()),
+        out: 0,
+        states: None,
+    };
+    validate_backward(
+        config,
+        &input_lens,
+        dout.len(),
+        &grads.lens(),
+        workspace.len(),
+    )?;
+    let (head, reduce) = kernels_for(config.dtype);
+    let smem = backward_shared_memory_bytes(config);
+    let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
+        kernel: head.symbol(),
+        needed: usize::try_from(smem).unwrap_or(usize::MAX),
+        max: gpu.max_shared_memory_optin(),
+    })?;
+    let parts = workspace_parts(config).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
+
+    let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(40);
+    let mut ins: Vec<Range> = Vec::with_capacity(20);
+    let mut outs: Vec<Range> = Vec::with_capacity(20);
+    let esz = std::mem::size_of::<T>() as u64;
+    macro_rules! ptr {
+        ($view:expr, $name:literal, $size:expr) => {{
+            let view = $view;
+            let (p, g) = view.device_ptr(stream);
+            guards.push(g);
+            ins.push((p, p + view.len() as u64 * $size, $name));
+            p
+        }};
+    }
+    macro_rules! opt_ptr {
+        ($view:expr, $name:literal, $size:expr) => {
+            match $view {
+                Some(v) => ptr!(v, $name, $size),
+                None => 0,
+            }
+        };
+    }
+    macro_rules! out_ptr {
+        ($view:expr, $name:literal, $size:expr) => {{
+            let view = $view;
+            let len = view.len() as u64;
+            let (p, g) = view.device_ptr_mut(stream);
+            guards.push(g);
+            outs.push((p, p + len * $size, $name));
+            p
+        }};
+    }
+    macro_rules! opt_out {
+        ($view:expr, $name:literal, $size:expr) => {
+            match $view {
+                Some(v) => out_ptr!(v, $name, $size),
+                None => 0,
+            }
+        };
+    }
+    let mut params = BackwardParams {
+        q: ptr!(&inputs.q, "q", esz),
+        k: ptr!(&inputs.k, "k", esz),
+        v: ptr!(&inputs.v, "v", esz),
+        z: opt_ptr!(inputs.z.as_ref(), "z", esz),
+        trap: ptr!(&inputs.trap, "trap", esz),
+        dt: ptr!(&inputs.dt, "dt", 4),
+        adt: ptr!(&inputs.adt, "adt", 4),
+        angles: ptr!(&inputs.angles, "angles", 4),
+        q_bias: ptr!(&inputs.q_bias, "q_bias", 4),
+        k_bias: ptr!(&inputs.k_bias, "k_bias", 4),
+        mimo_v: ptr!(&inputs.mimo_v, "mimo_v", 4),
+        mimo_z: opt_ptr!(inputs.mimo_z.as_ref(), "mimo_z", 4),
+        mimo_o: opt_ptr!(inputs.mimo_o.as_ref(), "mimo_o", 4),
+        d: opt_ptr!(inputs.d.as_ref(), "d", 4),
+        norm_weight: opt_ptr!(inputs.norm_weight.as_ref(), "norm_weight", 4),
+        dout: ptr!(dout, "dout", esz),
+        batch: config.batch as u32,
+        seq_len: config.seq_len as u32,
+        rank: config.rank as u32,
+        heads: config.heads as u32,
+        groups: config.groups as u32,
+        n: config.state_dim as u32,
+        p: config.head_dim as u32,
+        na: config.num_angles as u32,
+        seg_len: config.chunk_size as u32,
+        mode: config.mode.code(),
+        rotation: config.rotation.code(),
+        norm_eps: config.norm_eps,
+        ..BackwardParams::default()
+    };
+    params.dq = out_ptr!(&mut grads.q, "grads.q", esz);
+    params.dk = out_ptr!(&mut grads.k, "grads.k", esz);
+    params.dv = out_ptr!(&mut grads.v, "grads.v", esz);
+    params.dz = opt_out!(grads.z.as_mut(), "grads.z", esz);
+    params.dtrap = out_ptr!(&mut grads.trap, "grads.trap", esz);
+    params.ddt = out_ptr!(&mut grads.dt, "grads.dt", 4);
+    params.dadt = out_ptr!(&mut grads.adt, "grads.adt", 4);
+    params.dangles = out_ptr!(&mut grads.angles, "grads.angles", 4);
+    params.dq_bias = out_ptr!(&mut grads.q_bias, "grads.q_bias", 4);
+    params.dk_bias = out_ptr!(&mut grads.k_bias, "grads.k_bias", 4);
+    params.dmimo_v = out_ptr!(&mut grads.mimo_v, "grads.mimo_v", 4);
+    params.dmimo_z = opt_out!(grads.mimo_z.as_mut(), "grads.mimo_z", 4);
+    params.dmimo_o = opt_out!(grads.mimo_o.as_mut(), "grads.mimo_o", 4);
+    params.dd = opt_out!(grads.d.as_mut(), "grads.d", 4);
+    params.dnorm = opt_out!(grads.norm_weight.as_mut(), "grads.norm_weight", 4);
+    let ws_base = out_ptr!(workspace, "workspace", 4);
+    let mut offset = ws_base;
+    for (field, len) in [
+        (&mut params.ckpt, parts.ckpt),
+        (&mut params.seg, parts.seg),
+        (&mut params.cs, parts.cs),
+        (&mut params.dqh, parts.dqkh),
+        (&mut params.dkh, parts.dqkh),
+        (&mut params.slots, parts.slots),
+    ] {
+        *field = offset;
+        offset += 4 * len;
+    }
+    let all: Vec<Range> = ins.iter().chain(&outs).copied().collect();
+    overlap_check(&outs, &all)?;
+
+    let threads = BACKWARD_THREADS as u64;
+    let reduce_items = 2 * parts.dqkh / config.heads as u64 * config.groups as u64
+        + config.heads as u64 * (parts.slots / (config.batch * config.heads) as u64);
+    let reduce_blocks = reduce_items
+        .div_ceil(threads)
+        .clamp(1, 8 * gpu.sm_count() as u64) as u32;
+    params.reduce_blocks = reduce_blocks;
+    let args = Args(params);
+
+    let mut launch = gpu.launch(stream, head)?;
+    launch.arg(&args);
+    let cfg = LaunchConfig {
+        grid_dim: (config.heads as u32, config.batch as u32, 1),
+        block_dim: (BACKWARD_THREADS, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    // SAFETY: one by-value `BackwardParams` is the kernel's parameter list; every pointer was
+    // checked against its documented shape by `validate_backward`, the workspace regions lie
+    // inside the workspace, outputs overlap nothing, and the guards keep the buffers' event
+    // tracking alive until the launches are enqueued.
+    unsafe { launch.run(cfg) }?;
+    let mut launch = gpu.launch(stream, reduce)?;
+    launch.arg(&args);
+    let cfg = LaunchConfig {
+        grid_dim: (reduce_blocks, 1, 1),
+        block_dim: (BACKWARD_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: as above; the reduce kernel reads the workspace the first kernel wrote, ordered by
+    // the stream.
+    let result = unsafe { launch.run(cfg) };
+    drop(guards);
+    result
+}
+
+/// [`backward`] with the gradients and the workspace allocated on `stream` (the workspace is
+/// freed when this returns, stream-ordered). Allocates; never synchronizes.
+pub fn backward_alloc<T: Activation>(
+    gpu: &Gpu,
+    stream: &std::sync::Arc<CudaStream>,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    dout: &CudaView<'_, T>,
+) -> Result<Gradients<T>> {
+    crate::forward::validate_config(config)?;
+    let g = expected_gradient_lens(config, inputs.norm_weight.is_some())
+        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "tensor sizes overflow usize"))?;
+    let ws_len = workspace_len(config).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
+    let e = || Error::driver("allocating backward gradients");
+    let act = |n: usize| stream.alloc_zeros::<T>(n).map_err(e());
+    let f32s = |n: usize| stream.alloc_zeros::<f32>(n).map_err(e());
+    let mut grads = Gradients {
+        q: act(g.q)?,
+        k: act(g.k)?,
+        v: act(g.v)?,
+        z: g.z.map(act).transpose()?,
+        trap: act(g.trap)?,
+        dt: f32s(g.dt)?,
+        adt: f32s(g.adt)?,
+        angles: f32s(g.angles)?,
+        q_bias: f32s(g.q_bias)?,
+        k_bias: f32s(g.k_bias)?,
+        mimo_v: f32s(g.mimo_v)?,
+        mimo_z: g.mimo_z.map(f32s).transpose()?,
+        mimo_o: g.mimo_o.map(f32s).transpose()?,
+        d: g.d.map(f32s).transpose()?,
+        norm_weight: g.norm_weight.map(f32s).transpose()?,
+    };
+    let mut workspace = stream
+        .alloc_zeros::<f32>(ws_len)
+        .map_err(Error::driver("allocating the backward workspace"))?;
+    {
+        let mut views = grads.as_views_mut();
+        let mut ws = workspace.as_view_mut();
+        backward(gpu, stream, config, inputs, dout, &mut views, &mut ws)?;
+    }
+    drop(workspace);
+    Ok(grads)
+}

@@ -1,0 +1,104 @@
+//! Global-memory accesses with an explicit state space, and the grid-scope atomics and fences of
+//! the decode kernel's last-block hand-off.
+//!
+//! Device pointers arrive as `u64` addresses; plain Rust dereferences of them compile to generic
+//! `ld`/`st`, which need an address-space check per access. These name `.global` directly.
+
+use core::arch::asm;
+
+/// `ld.global.f32` (PTX ISA §9.7.9.8) of a location the kernel may also write.
+///
+/// # Safety
+/// `addr` is a 4-byte aligned global address of a readable f32.
+#[inline(always)]
+pub unsafe fn ld_global_f32(addr: u64) -> f32 {
+    let v: f32;
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("ld.global.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg64) addr, options(nostack, readonly)) };
+    v
+}
+
+/// `ld.global.nc.f32` (PTX ISA §9.7.9.9): through the non-coherent (read-only) data cache, for
+/// parameters and inputs no thread of the launch writes.
+///
+/// # Safety
+/// `addr` is a 4-byte aligned global address of an f32 that stays unchanged during the launch.
+#[inline(always)]
+pub unsafe fn ld_global_nc_f32(addr: u64) -> f32 {
+    let v: f32;
+    // SAFETY: the caller guarantees the address and that nothing writes it during the launch.
+    unsafe { asm!("ld.global.nc.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg64) addr, options(pure, readonly, nostack)) };
+    v
+}
+
+/// `ld.global.v4.f32` (PTX ISA §9.7.9.8): 16 bytes into four registers.
+///
+/// # Safety
+/// `addr` is a 16-byte aligned global address of four readable f32.
+#[inline(always)]
+pub unsafe fn ld_global_v4_f32(addr: u64) -> [f32; 4] {
+    let (a, b, c, d): (f32, f32, f32, f32);
+    // SAFETY: the caller guarantees the address and its alignment.
+    unsafe {
+        asm!("ld.global.v4.f32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a, b = out(reg32) b,
+             c = out(reg32) c, d = out(reg32) d, p = in(reg64) addr, options(nostack, readonly))
+    };
+    [a, b, c, d]
+}
+
+/// `st.global.v4.f32` (PTX ISA §9.7.9.10): four registers to 16 bytes.
+///
+/// # Safety
+/// `addr` is a 16-byte aligned global address of four writable f32.
+#[inline(always)]
+pub unsafe fn st_global_v4_f32(addr: u64, v: [f32; 4]) {
+    // SAFETY: the caller guarantees the address and its alignment.
+    unsafe {
+        asm!("st.global.v4.f32 [{p}], {{{a}, {b}, {c}, {d}}};", p = in(reg64) addr, a = in(reg32) v[0],
+             b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack))
+    };
+}
+
+/// `st.global.f32` (PTX ISA §9.7.9.10).
+///
+/// # Safety
+/// `addr` is a 4-byte aligned global address of a writable f32.
+#[inline(always)]
+pub unsafe fn st_global_f32(addr: u64, v: f32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.global.f32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack)) };
+}
+
+/// `st.global.u32` (PTX ISA §9.7.9.10).
+///
+/// # Safety
+/// `addr` is a 4-byte aligned global address of a writable u32.
+#[inline(always)]
+pub unsafe fn st_global_u32(addr: u64, v: u32) {
+    // SAFETY: the caller guarantees the address.
+    unsafe { asm!("st.global.u32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack)) };
+}
+
+/// `atom.global.add.u32` (PTX ISA §9.7.13.3, relaxed, gpu scope): adds `v`, returns the old value.
+/// Ordering with other accesses comes from [`fence_acq_rel_gpu`] around it.
+///
+/// # Safety
+/// `addr` is a 4-byte aligned global address of a u32.
+#[inline(always)]
+pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees the address.
+    unsafe {
+        asm!("atom.global.add.u32 {o}, [{a}], {v};", o = out(reg32) old, a = in(reg64) addr, v = in(reg32) v,
+             options(nostack))
+    };
+    old
+}
+
+/// `fence.acq_rel.gpu` (PTX ISA §9.7.12.4): this thread's earlier accesses are ordered before its
+/// later ones for every thread of the GPU (with the block barrier before it, the whole block's).
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a fence touches no memory itself; the implicit memory clobber keeps accesses in place.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+}

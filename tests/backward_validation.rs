@@ -1,0 +1,148 @@
+//! The backward's validation rules, without a GPU: each broken rule is reported with the
+//! argument's name before anything is launched.
+
+use mamba3::backward::{
+    dispatch_paths, expected_gradient_lens, validate_backward, workspace_len, GradientLens,
+};
+use mamba3::forward::{Dtype, ForwardConfig, ForwardLens};
+use mamba3::{Error, OutputMode, Rotation};
+
+fn config(mode: OutputMode) -> ForwardConfig {
+    ForwardConfig {
+        batch: 2,
+        seq_len: 37,
+        rank: 4,
+        groups: 2,
+        heads: 4,
+        state_dim: 16,
+        head_dim: 8,
+        num_angles: 4,
+        chunk_size: 8,
+        dtype: Dtype::Bf16,
+        rotation: Rotation::HalfSplit,
+        mode,
+        has_z: true,
+        has_d: true,
+        norm_eps: 1e-5,
+    }
+}
+
+/// Lengths of a valid call for `c` (norm weight given in fused-norm mode).
+fn valid(c: &ForwardConfig) -> (ForwardLens, usize, GradientLens, usize) {
+    let lens = c.expected_lens(false).unwrap();
+    let grads = expected_gradient_lens(c, lens.norm_weight.is_some()).unwrap();
+    (lens, lens.out, grads, workspace_len(c).unwrap())
+}
+
+fn arg_of(r: mamba3::Result<()>) -> &'static str {
+    match r {
+        Err(Error::InvalidArgument { arg, .. }) => arg,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn valid_calls_pass_in_every_mode() {
+    for mode in [
+        OutputMode::Gated,
+        OutputMode::FusedNorm,
+        OutputMode::Prereduce,
+    ] {
+        let c = config(mode);
+        let (lens, dout, grads, ws) = valid(&c);
+        validate_backward(&c, &lens, dout, &grads, ws).unwrap();
+        // A larger workspace is fine.
+        validate_backward(&c, &lens, dout, &grads, ws + 7).unwrap();
+        assert_eq!(
+            dispatch_paths(&c),
+            vec!["backward_head_bf16", "backward_reduce_bf16"]
+        );
+    }
+}
+
+#[test]
+fn each_broken_rule_names_its_argument() {
+    let c = config(OutputMode::Gated);
+    let (lens, dout, grads, ws) = valid(&c);
+    assert_eq!(
+        arg_of(validate_backward(&c, &lens, dout + 1, &grads, ws)),
+        "dout"
+    );
+    assert_eq!(
+        arg_of(validate_backward(&c, &lens, dout, &grads, ws - 1)),
+        "workspace"
+    );
+    let bad_k = ForwardLens { k: 1, ..lens };
+    assert_eq!(arg_of(validate_backward(&c, &bad_k, dout, &grads, ws)), "k");
+    for (broken, name) in [
+        (
+            GradientLens {
+                q: grads.q - 1,
+                ..grads
+            },
+            "grads.q",
+        ),
+        (GradientLens { z: None, ..grads }, "grads.z"),
+        (
+            GradientLens {
+                mimo_o: None,
+                ..grads
+            },
+            "grads.mimo_o",
+        ),
+        (
+            GradientLens {
+                norm_weight: Some(c.heads * c.head_dim),
+                ..grads
+            },
+            "grads.norm_weight",
+        ),
+        (
+            GradientLens {
+                angles: grads.angles + 1,
+                ..grads
+            },
+            "grads.angles",
+        ),
+    ] {
+        assert_eq!(
+            arg_of(validate_backward(&c, &lens, dout, &broken, ws)),
+            name
+        );
+    }
+    // Prereduce: no mimo_o, so no ∂mimo_o either; dout has the (B,S,R,H,P) layout.
+    let p = config(OutputMode::Prereduce);
+    let (plens, pdout, pgrads, pws) = valid(&p);
+    assert_eq!(pdout, p.batch * p.seq_len * p.rank * p.heads * p.head_dim);
+    let extra = GradientLens {
+        mimo_o: Some(p.heads * p.rank * p.head_dim),
+        ..pgrads
+    };
+    assert_eq!(
+        arg_of(validate_backward(&p, &plens, pdout, &extra, pws)),
+        "grads.mimo_o"
+    );
+    // An invalid config is rejected before the buffers are looked at.
+    let bad = ForwardConfig { rank: 3, ..c };
+    assert_eq!(
+        arg_of(validate_backward(&bad, &lens, dout, &grads, ws)),
+        "rank"
+    );
+    assert!(dispatch_paths(&bad).is_empty());
+}
+
+#[test]
+fn workspace_grows_with_fewer_longer_segments_as_documented() {
+    // (⌈S/L⌉ + min(L,S))·P·N per (b, h) for the states, plus the L-independent parts.
+    let c = config(OutputMode::Gated);
+    let at = |l: usize| workspace_len(&ForwardConfig { chunk_size: l, ..c }).unwrap();
+    let states = |l: usize| {
+        c.batch * c.heads * (c.seq_len.div_ceil(l) + l.min(c.seq_len)) * c.head_dim * c.state_dim
+    };
+    for (l1, l2) in [(1, 6), (6, 37), (8, 100)] {
+        assert_eq!(
+            at(l1) as i64 - at(l2) as i64,
+            states(l1) as i64 - states(l2) as i64
+        );
+    }
+}

@@ -1,0 +1,538 @@
+//! GPU tests of the backward against the float64 golden backward (skipped without a GPU).
+//!
+//! Metric: `max|ours − ref| / max|ref|` per gradient, worst over a grid, printed per gradient.
+//! The golden model runs on exactly the values the GPU sees (f32-rounded parameters, activations
+//! and `dout` rounded to the storage type). Gradients and the workspace are poisoned with NaN
+//! before each launch and every element must come back finite. Every case runs three times and
+//! the three results must be bitwise identical.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use half::bf16;
+use mamba3::backward::{backward, dispatch_paths, workspace_len, GradientsMut};
+use mamba3::cuda::{CudaSlice, CudaStream};
+use mamba3::forward::{Activation, ForwardConfig, ForwardInputs};
+use mamba3::golden::{
+    backward_recurrent, Gradients, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions,
+    Rotation, SplitMix64,
+};
+use mamba3::{Error, Gpu};
+
+use common::{geo, grad_err, opts, quantize};
+
+const F32_TOL: f64 = 1e-5;
+const BF16_TOL: f64 = 2e-2;
+
+/// One backward problem: geometry, segment length (the config's chunk size) and options.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    geo: Mamba3Geometry,
+    chunk: usize,
+    opts: RandomOptions,
+}
+
+fn up_act<T: Activation>(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<T> {
+    let v: Vec<T> = x.iter().map(|&a| T::from_f64(a)).collect();
+    s.clone_htod(&v).expect("upload")
+}
+
+fn up_f32(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<f32> {
+    let v: Vec<f32> = x.iter().map(|&a| a as f32).collect();
+    s.clone_htod(&v).expect("upload")
+}
+
+fn poison<T: Activation>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
+    s.clone_htod(&vec![T::from_f64(f64::NAN); len])
+        .expect("upload")
+}
+
+fn down_act<T: Activation>(s: &Arc<CudaStream>, x: &CudaSlice<T>) -> Vec<f64> {
+    s.clone_dtoh(x)
+        .expect("download")
+        .iter()
+        .map(|v| v.to_f64())
+        .collect()
+}
+
+fn down_f32(s: &Arc<CudaStream>, x: &CudaSlice<f32>) -> Vec<f64> {
+    s.clone_dtoh(x)
+        .expect("download")
+        .iter()
+        .map(|&v| v as f64)
+        .collect()
+}
+
+fn config_of<T: Activation>(inp: &Mamba3Inputs, chunk: usize) -> ForwardConfig {
+    let g = inp.geometry;
+    ForwardConfig {
+        batch: g.batch,
+        seq_len: g.seq_len,
+        rank: g.rank,
+        groups: g.groups,
+        heads: g.heads,
+        state_dim: g.state_dim,
+        head_dim: g.head_dim,
+        num_angles: g.num_angles,
+        chunk_size: chunk,
+        dtype: T::DTYPE,
+        rotation: inp.rotation,
+        mode: inp.output_mode(),
+        has_z: inp.z.is_some(),
+        has_d: inp.d.is_some(),
+        norm_eps: inp.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
+    }
+}
+
+/// Random ∂L/∂out in the output's layout, rounded to `T`.
+fn random_dout<T: Activation>(inp: &Mamba3Inputs, seed: u64) -> Vec<f64> {
+    let g = inp.geometry;
+    let len = g.batch * g.seq_len * g.heads * inp.output_width();
+    let mut rng = SplitMix64::new(seed);
+    (0..len)
+        .map(|_| T::from_f64(rng.normal()).to_f64())
+        .collect()
+}
+
+/// Device inputs of one case.
+struct DeviceInputs<T> {
+    act: Vec<CudaSlice<T>>,
+    z: Option<CudaSlice<T>>,
+    f: Vec<CudaSlice<f32>>,
+    opt_f: [Option<CudaSlice<f32>>; 4],
+}
+
+impl<T: Activation> DeviceInputs<T> {
+    fn upload(s: &Arc<CudaStream>, inp: &Mamba3Inputs) -> Self {
+        DeviceInputs {
+            act: [&inp.q, &inp.k, &inp.v, &inp.trap]
+                .iter()
+                .map(|x| up_act::<T>(s, x))
+                .collect(),
+            z: inp.z.as_ref().map(|z| up_act::<T>(s, z)),
+            f: [
+                &inp.dt,
+                &inp.adt,
+                &inp.angle_logits,
+                &inp.q_bias,
+                &inp.k_bias,
+                &inp.mimo_v,
+            ]
+            .iter()
+            .map(|x| up_f32(s, x))
+            .collect(),
+            opt_f: [
+                inp.mimo_z.as_ref().map(|m| up_f32(s, m)),
+                inp.mimo_o.as_ref().map(|m| up_f32(s, m)),
+                inp.d.as_ref().map(|m| up_f32(s, m)),
+                inp.norm.as_ref().map(|n| up_f32(s, &n.weight)),
+            ],
+        }
+    }
+
+    fn views(&self) -> ForwardInputs<'_, T> {
+        let [mz, mo, d, nw] = &self.opt_f;
+        ForwardInputs {
+            q: self.act[0].as_view(),
+            k: self.act[1].as_view(),
+            v: self.act[2].as_view(),
+            z: self.z.as_ref().map(|x| x.as_view()),
+            trap: self.act[3].as_view(),
+            dt: self.f[0].as_view(),
+            adt: self.f[1].as_view(),
+            angles: self.f[2].as_view(),
+            q_bias: self.f[3].as_view(),
+            k_bias: self.f[4].as_view(),
+            mimo_v: self.f[5].as_view(),
+            mimo_z: mz.as_ref().map(|x| x.as_view()),
+            mimo_o: mo.as_ref().map(|x| x.as_view()),
+            d: d.as_ref().map(|x| x.as_view()),
+            norm_weight: nw.as_ref().map(|x| x.as_view()),
+        }
+    }
+}
+
+/// Runs the backward into NaN-poisoned caller buffers and downloads every gradient.
+fn run_gpu<T: Activation>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    inp: &Mamba3Inputs,
+    dev: &DeviceInputs<T>,
+    dout: &CudaSlice<T>,
+    chunk: usize,
+) -> Gradients {
+    let cfg = config_of::<T>(inp, chunk);
+    let g = inp.geometry;
+    let (b, sl, r, gr, h, n, p, na) = (
+        g.batch,
+        g.seq_len,
+        g.rank,
+        g.groups,
+        g.heads,
+        g.state_dim,
+        g.head_dim,
+        g.num_angles,
+    );
+    let (qk, vz, sc, mimo) = (b * sl * r * gr * n, b * sl * h * p, b * h * sl, h * r * p);
+    let mut dq = poison::<T>(s, qk);
+    let mut dk = poison::<T>(s, qk);
+    let mut dv = poison::<T>(s, vz);
+    let mut dz = inp.z.as_ref().map(|_| poison::<T>(s, vz));
+    let mut dtrap = poison::<T>(s, sc);
+    let mut ddt = poison::<f32>(s, sc);
+    let mut dadt = poison::<f32>(s, sc);
+    let mut dang = poison::<f32>(s, b * sl * h * na);
+    let mut dqb = poison::<f32>(s, h * r * n);
+    let mut dkb = poison::<f32>(s, h * r * n);
+    let mut dmv = poison::<f32>(s, mimo);
+    let mut dmz = inp.mimo_z.as_ref().map(|_| poison::<f32>(s, mimo));
+    let mut dmo = inp.mimo_o.as_ref().map(|_| poison::<f32>(s, mimo));
+    let mut dd = inp.d.as_ref().map(|_| poison::<f32>(s, h));
+    let mut dnw = inp.norm.as_ref().map(|_| poison::<f32>(s, h * p));
+    let mut ws = poison::<f32>(s, workspace_len(&cfg).expect("workspace size"));
+    {
+        let inputs = dev.views();
+        let mut grads = GradientsMut {
+            q: dq.as_view_mut(),
+            k: dk.as_view_mut(),
+            v: dv.as_view_mut(),
+            z: dz.as_mut().map(|x| x.as_view_mut()),
+            trap: dtrap.as_view_mut(),
+            dt: ddt.as_view_mut(),
+            adt: dadt.as_view_mut(),
+            angles: dang.as_view_mut(),
+            q_bias: dqb.as_view_mut(),
+            k_bias: dkb.as_view_mut(),
+            mimo_v: dmv.as_view_mut(),
+            mimo_z: dmz.as_mut().map(|x| x.as_view_mut()),
+            mimo_o: dmo.as_mut().map(|x| x.as_view_mut()),
+            d: dd.as_mut().map(|x| x.as_view_mut()),
+            norm_weight: dnw.as_mut().map(|x| x.as_view_mut()),
+        };
+        backward(
+            gpu,
+            s,
+            &cfg,
+            &inputs,
+            &dout.as_view(),
+            &mut grads,
+            &mut ws.as_view_mut(),
+        )
+        .unwrap_or_else(|e| panic!("backward failed for {g:?}: {e}"));
+    }
+    s.synchronize().expect("the backward kernels failed");
+    Gradients {
+        q: down_act(s, &dq),
+        k: down_act(s, &dk),
+        v: down_act(s, &dv),
+        z: dz.as_ref().map(|x| down_act(s, x)),
+        trap: down_act(s, &dtrap),
+        dt: down_f32(s, &ddt),
+        adt: down_f32(s, &dadt),
+        angle_logits: down_f32(s, &dang),
+        q_bias: down_f32(s, &dqb),
+        k_bias: down_f32(s, &dkb),
+        mimo_v: down_f32(s, &dmv),
+        mimo_z: dmz.as_ref().map(|x| down_f32(s, x)),
+        mimo_o: dmo.as_ref().map(|x| down_f32(s, x)),
+        d: dd.as_ref().map(|x| down_f32(s, x)),
+        norm_weight: dnw.as_ref().map(|x| down_f32(s, x)),
+    }
+}
+
+/// Runs one case three times in dtype `T`: checks finiteness, bitwise equality of the runs and
+/// the error of every gradient against the golden backward; returns the errors by gradient.
+fn check<T: Activation>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    case: &Case,
+    seed: u64,
+) -> Vec<(&'static str, f64)> {
+    let mut inp = Mamba3Inputs::random(case.geo, case.opts, seed).expect("random inputs");
+    quantize::<T>(&mut inp);
+    let dout_host = random_dout::<T>(&inp, seed ^ 0xd0d7);
+    let reference = backward_recurrent(&inp, &dout_host).expect("golden backward");
+    let dev = DeviceInputs::<T>::upload(s, &inp);
+    let dout = up_act::<T>(s, &dout_host);
+    let runs: Vec<Gradients> = (0..3)
+        .map(|_| run_gpu::<T>(gpu, s, &inp, &dev, &dout, case.chunk))
+        .collect();
+    let bits = |g: &Gradients| -> Vec<Vec<u64>> {
+        g.tensors()
+            .iter()
+            .map(|(_, x)| x.iter().map(|v| v.to_bits()).collect())
+            .collect()
+    };
+    let first = bits(&runs[0]);
+    for (i, run) in runs.iter().enumerate().skip(1) {
+        assert!(
+            bits(run) == first,
+            "run {i} differs bitwise from run 0 for {case:?}"
+        );
+    }
+    let tol = if T::DTYPE == mamba3::Dtype::F32 {
+        F32_TOL
+    } else {
+        BF16_TOL
+    };
+    let call_scale = reference
+        .tensors()
+        .iter()
+        .flat_map(|(_, x)| x.iter())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let mut errs = Vec::new();
+    let mut line = String::new();
+    for ((name, ours), (_, rf)) in runs[0].tensors().into_iter().zip(reference.tensors()) {
+        if let Some(i) = ours.iter().position(|v| !v.is_finite()) {
+            panic!("{name}[{i}] = {} is not finite for {case:?}", ours[i]);
+        }
+        let e = grad_err(ours, rf, call_scale);
+        line.push_str(&format!(" {name} {e:.1e}"));
+        errs.push((name, e));
+    }
+    eprintln!(
+        "{:?} {:?} L={} {:?}:{line}",
+        T::DTYPE,
+        case.geo,
+        case.chunk,
+        case.opts
+    );
+    for (name, e) in &errs {
+        assert!(
+            *e <= tol,
+            "{name}: error {e:e} above {tol:e} for {case:?} ({:?})",
+            T::DTYPE
+        );
+    }
+    errs
+}
+
+/// Runs `cases` in both dtypes and prints the worst error per gradient.
+fn run_grid(cases: &[Case], label: &str, seed0: u64) {
+    let gpu = match common::gpu() {
+        Some(g) => g,
+        None => return,
+    };
+    let s = gpu.context().new_stream().expect("stream");
+    let mut worst_f32: BTreeMap<&'static str, f64> = BTreeMap::new();
+    let mut worst_bf16: BTreeMap<&'static str, f64> = BTreeMap::new();
+    for (i, case) in cases.iter().enumerate() {
+        let seed = seed0 + i as u64;
+        for (name, e) in check::<f32>(&gpu, &s, case, seed) {
+            let w = worst_f32.entry(name).or_insert(0.0);
+            *w = w.max(e);
+        }
+        for (name, e) in check::<bf16>(&gpu, &s, case, seed) {
+            let w = worst_bf16.entry(name).or_insert(0.0);
+            *w = w.max(e);
+        }
+    }
+    for (dtype, worst) in [("f32", &worst_f32), ("bf16", &worst_bf16)] {
+        let line: Vec<String> = worst
+            .iter()
+            .map(|(name, e)| format!("{name} {e:.2e}"))
+            .collect();
+        eprintln!(
+            "backward {label} {dtype}: worst over {} cases (3 runs each, bitwise identical): {}",
+            cases.len(),
+            line.join(", ")
+        );
+    }
+}
+
+/// Upstream's grid (spec §8: divisor 4, gated with z and D) at B = 2, S = 2048, H = 4, plus GQA.
+fn upstream_cases() -> Vec<Case> {
+    let grid = [
+        (16, 64, 4, 8),
+        (32, 64, 4, 16),
+        (64, 64, 4, 16),
+        (128, 64, 4, 16),
+        (256, 64, 4, 8),
+        (64, 128, 4, 16),
+        (128, 32, 4, 16),
+        (128, 128, 4, 8),
+    ];
+    let gated = opts(Rotation::HalfSplit, OutputMode::Gated, true, true);
+    let mut cases: Vec<Case> = grid
+        .iter()
+        .map(|&(n, p, r, c)| Case {
+            geo: geo(2, 2048, r, 1, 4, n, p, n / 4),
+            chunk: 4 * c,
+            opts: gated,
+        })
+        .collect();
+    cases.push(Case {
+        geo: geo(2, 2048, 4, 2, 4, 128, 64, 32),
+        chunk: 64,
+        opts: opts(Rotation::HalfSplit, OutputMode::FusedNorm, true, true),
+    });
+    cases
+}
+
+/// Smaller varied geometries: segment tails, S = 1, L = 1, L > S, Na < N/2, Na = 0, odd P, both
+/// rotations, every mode, with and without z and D, GQA, every rank.
+fn small_cases() -> Vec<Case> {
+    use OutputMode::*;
+    use Rotation::*;
+    vec![
+        Case {
+            geo: geo(2, 100, 4, 1, 3, 32, 16, 8),
+            chunk: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+        },
+        Case {
+            geo: geo(1, 77, 4, 2, 4, 64, 32, 16),
+            chunk: 12,
+            opts: opts(Pairwise, FusedNorm, true, true),
+        },
+        Case {
+            geo: geo(2, 61, 2, 1, 2, 16, 24, 8),
+            chunk: 7,
+            opts: opts(HalfSplit, Prereduce, false, true),
+        },
+        Case {
+            geo: geo(1, 45, 8, 1, 2, 32, 8, 3),
+            chunk: 5,
+            opts: opts(Pairwise, Gated, false, false),
+        },
+        Case {
+            geo: geo(1, 1, 4, 1, 2, 128, 64, 32),
+            chunk: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+        },
+        Case {
+            geo: geo(2, 19, 1, 2, 2, 10, 7, 2),
+            chunk: 1,
+            opts: opts(HalfSplit, FusedNorm, false, true),
+        },
+        Case {
+            geo: geo(1, 50, 2, 2, 4, 48, 33, 0),
+            chunk: 24,
+            opts: opts(Pairwise, Prereduce, true, true),
+        },
+        Case {
+            geo: geo(2, 130, 4, 1, 2, 128, 64, 64),
+            chunk: 1000,
+            opts: opts(Pairwise, FusedNorm, true, true),
+        },
+    ]
+}
+
+#[test]
+fn backward_matches_golden_on_small_geometries() {
+    run_grid(&small_cases(), "small", 7000);
+}
+
+#[test]
+fn backward_matches_golden_on_upstream_geometries() {
+    run_grid(&upstream_cases(), "upstream", 8000);
+}
+
+#[test]
+fn backward_rejects_bad_arguments_before_launch() {
+    let gpu = gpu_or_skip!();
+    let s = gpu.context().new_stream().expect("stream");
+    let case = small_cases()[0];
+    let mut inp = Mamba3Inputs::random(case.geo, case.opts, 3).unwrap();
+    quantize::<f32>(&mut inp);
+    let cfg = config_of::<f32>(&inp, case.chunk);
+    assert_eq!(
+        dispatch_paths(&cfg),
+        vec!["backward_head_f32", "backward_reduce_f32"]
+    );
+    let dev = DeviceInputs::<f32>::upload(&s, &inp);
+    let dout_host = random_dout::<f32>(&inp, 1);
+    // dout one element short.
+    let short = up_act::<f32>(&s, &dout_host[1..]);
+    let mut grads = mamba3::backward::backward_alloc(
+        &gpu,
+        &s,
+        &cfg,
+        &dev.views(),
+        &up_act(&s, &dout_host).as_view(),
+    )
+    .expect("allocating backward");
+    let mut ws = poison::<f32>(&s, workspace_len(&cfg).unwrap());
+    let err = backward(
+        &gpu,
+        &s,
+        &cfg,
+        &dev.views(),
+        &short.as_view(),
+        &mut grads.as_views_mut(),
+        &mut ws.as_view_mut(),
+    )
+    .unwrap_err();
+    eprintln!("rejected: {err}");
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "dout", .. }),
+        "{err}"
+    );
+    // Workspace one element short.
+    let dout = up_act::<f32>(&s, &dout_host);
+    let err = backward(
+        &gpu,
+        &s,
+        &cfg,
+        &dev.views(),
+        &dout.as_view(),
+        &mut grads.as_views_mut(),
+        &mut ws.slice_mut(1..),
+    )
+    .unwrap_err();
+    eprintln!("rejected: {err}");
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument {
+                arg: "workspace",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A missing optional gradient.
+    let mut views = grads.as_views_mut();
+    views.z = None;
+    let err = backward(
+        &gpu,
+        &s,
+        &cfg,
+        &dev.views(),
+        &dout.as_view(),
+        &mut views,
+        &mut ws.as_view_mut(),
+    )
+    .unwrap_err();
+    eprintln!("rejected: {err}");
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: "grads.z", .. }),
+        "{err}"
+    );
+    // Nothing was launched: the poisoned workspace is untouched.
+    s.synchronize().unwrap();
+    assert!(down_f32(&s, &ws).iter().all(|x| x.is_nan()));
+
+    // A state too large for the per-head kernel's shared memory: the typed error names both.
+    let big_case = Case {
+        geo: geo(1, 2, 1, 1, 1, 512, 256, 4),
+        chunk: 2,
+        opts: opts(Rotation::HalfSplit, OutputMode::Gated, false, false),
+    };
+    let mut big = Mamba3Inputs::random(big_case.geo, big_case.opts, 5).unwrap();
+    quantize::<f32>(&mut big);
+    let big_cfg = config_of::<f32>(&big, big_case.chunk);
+    let big_dev = DeviceInputs::<f32>::upload(&s, &big);
+    let big_dout = up_act::<f32>(&s, &random_dout::<f32>(&big, 2));
+    let err =
+        mamba3::backward::backward_alloc(&gpu, &s, &big_cfg, &big_dev.views(), &big_dout.as_view())
+            .err()
+            .expect("shared memory error");
+    eprintln!("rejected: {err}");
+    match err {
+        Error::SharedMemory { needed, max, .. } => assert!(needed > max),
+        other => panic!("expected SharedMemory, got {other}"),
+    }
+}
