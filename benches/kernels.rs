@@ -11,7 +11,7 @@ use mamba3::backward;
 use mamba3::cuda::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use mamba3::decode::{self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights};
 use mamba3::forward::{
-    dispatch_paths_with_workspace, forward_with_workspace, workspace_len, ForwardConfig,
+    dispatch_paths_with_workspace, forward, forward_with_workspace, workspace_len, ForwardConfig,
     ForwardInputs,
 };
 use mamba3::golden::SplitMix64;
