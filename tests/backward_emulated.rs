@@ -18,13 +18,10 @@ use mamba3_abi::{
 };
 
 use common::{geo, grad_err, opts, quantize};
-use emulation::{arch, elem, math, Buffer};
+use emulation::{arch, elem, math, smem, warp_reduce, Buffer};
 
 #[path = "../kernels/src/angles.rs"]
 mod angles;
-
-#[path = "../kernels/src/warp_reduce.rs"]
-mod warp_reduce;
 
 #[allow(clippy::all)]
 #[path = "../kernels/src/backward_recurrent.rs"]

@@ -19,10 +19,7 @@ use mamba3::golden::{
 use mamba3_abi::{DecodeParams, DecodeRowsSmem, DecodeSmem, DECODE_ROWS_WARPS, DECODE_WARPS};
 
 use common::{angle_rel_err, quantize, rel_err, round_act, round_f32};
-use emulation::{arch, elem, math, Buffer};
-
-#[path = "../kernels/src/warp_reduce.rs"]
-mod warp_reduce;
+use emulation::{arch, elem, math, smem, warp_reduce, Buffer};
 
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply. Not
 // reformatted from here: the kernels crate has its own style.

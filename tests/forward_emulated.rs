@@ -21,7 +21,7 @@ use mamba3_abi::{
 };
 
 use common::{geo, opts, rel_err};
-use emulation::{arch, elem, frag, math};
+use emulation::{arch, elem, frag, math, smem, warp_reduce};
 
 #[path = "../kernels/src/angles.rs"]
 mod angles;
@@ -611,38 +611,5 @@ fn angle_increment_is_accurate_in_f64() {
         let d = (r - x).rem_euclid(std::f64::consts::TAU);
         assert!(d.min(std::f64::consts::TAU - d) < 1e-6, "reduce {x}");
         assert!((-std::f64::consts::PI..std::f64::consts::PI + 1e-6).contains(&r));
-    }
-}
-
-#[test]
-#[ignore]
-fn tmp_split_probe() {
-    use OutputMode::*;
-    use Rotation::*;
-    for (g, c, o) in [
-        (
-            geo(1, 45, 8, 1, 2, 32, 8, 3),
-            5,
-            opts(Pairwise, Gated, false, false),
-        ),
-        (
-            geo(1, 19, 4, 1, 1, 10, 7, 2),
-            1,
-            opts(HalfSplit, FusedNorm, false, true),
-        ),
-    ] {
-        for k in [1, 3, 7] {
-            check_staged(
-                &Case {
-                    geo: g,
-                    chunk: c,
-                    opts: o,
-                    bf16: false,
-                },
-                503,
-                true,
-                k,
-            );
-        }
     }
 }

@@ -41,13 +41,13 @@ use mamba3_abi::{
 use crate::angles::{angle_increment, reduced_f32};
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_u32, smem_base, st_shared_f32, sync_threads,
-    thread_x,
+    block_x, block_y, ld_shared_f32, smem_base, st_shared_f32, sync_threads, thread_x,
 };
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
+use crate::smem::{ld_shared_f64, st_shared_f64};
 use crate::warp_reduce;
 
 const T: u32 = BACKWARD_THREADS;
@@ -77,25 +77,6 @@ unsafe fn dot_sm(a: u32, sa: u32, b: u32, sb: u32, len: u32) -> f32 {
         }
     }
     (s[0] + s[1]) + (s[2] + s[3])
-}
-
-/// Reads an f64 stored as two f32 bit patterns (low word first).
-#[inline(always)]
-unsafe fn ld_shared_f64(addr: u32) -> f64 {
-    // SAFETY: forwarded to the caller.
-    let (lo, hi) = unsafe { (ld_shared_u32(addr), ld_shared_u32(addr + 4)) };
-    f64::from_bits(lo as u64 | ((hi as u64) << 32))
-}
-
-/// Writes an f64 as two f32 bit patterns (low word first).
-#[inline(always)]
-unsafe fn st_shared_f64(addr: u32, value: f64) {
-    let bits = value.to_bits();
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        st_shared_f32(addr, f32::from_bits(bits as u32));
-        st_shared_f32(addr + 4, f32::from_bits((bits >> 32) as u32));
-    }
 }
 
 /// Per-block constants.

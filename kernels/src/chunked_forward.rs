@@ -48,36 +48,18 @@ use crate::arch::float::fma_rn;
 use crate::arch::ldmatrix::ldmatrix_x4;
 use crate::arch::mma::mma_m16n8k8_tf32_f32;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, shfl_xor_f32, smem_base,
-    st_shared_f32, sync_threads, thread_x,
+    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, smem_base, st_shared_f32,
+    sync_threads, thread_x,
 };
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
-use crate::elem::Elem;
+use crate::elem::{ldg, stg, Elem};
 use crate::frag::{a_m16k8_tf32, acc_m16n8, b_k8n8_tf32, ldmatrix_x4_tf32_a, ldmatrix_x4_tf32_b};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
+use crate::smem::{at, ld_shared_f64, st_shared_f64};
+use crate::warp_reduce;
 
 const T: u32 = FORWARD_THREADS;
-
-/// Loads f32 element `i` of a global tensor.
-#[inline(always)]
-unsafe fn ldg(base: u64, i: usize) -> f32 {
-    // SAFETY: forwarded to the caller.
-    unsafe { <f32 as Elem>::load(base, i) }
-}
-
-/// Stores f32 element `i` of a global tensor.
-#[inline(always)]
-unsafe fn stg(base: u64, i: usize, value: f32) {
-    // SAFETY: forwarded to the caller.
-    unsafe { <f32 as Elem>::store(base, i, value) }
-}
-
-/// Shared-space address of f32 element `i` of the region starting at element `region`.
-#[inline(always)]
-fn at(base: u32, region: u32, i: u32) -> u32 {
-    base + 4 * (region + i)
-}
 
 /// `acc + a·b` over four lanes, one rounding per product.
 #[inline(always)]
@@ -87,36 +69,6 @@ fn dot4(acc: f32, a: [f32; 4], b: [f32; 4]) -> f32 {
         b[3],
         fma_rn(a[2], b[2], fma_rn(a[1], b[1], fma_rn(a[0], b[0], acc))),
     )
-}
-
-/// Sum over the warp; every lane gets the total.
-#[inline(always)]
-fn warp_sum(mut v: f32) -> f32 {
-    let mut mask = 16;
-    while mask > 0 {
-        v += shfl_xor_f32(v, mask);
-        mask /= 2;
-    }
-    v
-}
-
-/// Reads an f64 stored as two f32 bit patterns (low word first).
-#[inline(always)]
-unsafe fn ld_shared_f64(addr: u32) -> f64 {
-    // SAFETY: forwarded to the caller.
-    let (lo, hi) = unsafe { (ld_shared_u32(addr), ld_shared_u32(addr + 4)) };
-    f64::from_bits(lo as u64 | ((hi as u64) << 32))
-}
-
-/// Writes an f64 as two f32 bit patterns (low word first).
-#[inline(always)]
-unsafe fn st_shared_f64(addr: u32, value: f64) {
-    let bits = value.to_bits();
-    // SAFETY: forwarded to the caller.
-    unsafe {
-        st_shared_f32(addr, f32::from_bits(bits as u32));
-        st_shared_f32(addr + 4, f32::from_bits((bits >> 32) as u32));
-    }
 }
 
 /// Element `col` of a raw staged row (activation dtype `X`) at shared byte address `row`.
@@ -880,7 +832,7 @@ unsafe fn phase_rstd<const R: usize>(cx: &Ctx, len: u32, eps: f32) {
                 ss = fma_rn(y, y, ss);
                 pp += 32;
             }
-            let total = warp_sum(ss);
+            let total = warp_reduce::sum(ss);
             if lane == 0 {
                 st_shared_f32(cx.sm(lay.rstd, rho), rsqrt(total / cx.p as f32 + eps));
             }

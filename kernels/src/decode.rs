@@ -16,6 +16,7 @@ use mamba3_abi::{
     align4, decode_column_splits, decode_state_stride, output_mode, rotation, DecodeParams, DecodeSmem, DECODE_WARPS,
 };
 
+use crate::smem::at;
 use crate::arch::cp_async;
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
@@ -32,12 +33,6 @@ const THREADS: u32 = 32 * DECODE_WARPS;
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
 struct F32x4([f32; 4]);
-
-/// Shared-space address of f32 element `i` of the region starting at element `region`.
-#[inline(always)]
-fn at(base: u32, region: u32, i: u32) -> u32 {
-    base + 4 * (region + i)
-}
 
 /// Loads f32 element `i` of a global tensor.
 #[inline(always)]

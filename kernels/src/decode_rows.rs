@@ -33,6 +33,7 @@ use mamba3_abi::{
     DECODE_ROWS_WARPS,
 };
 
+use crate::smem::at;
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
     atom_add_u32, fence_acq_rel_gpu, ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_u32,
@@ -54,12 +55,6 @@ const ROT_ITEMS: usize = 2;
 /// Rotation items per thread at rank `r`: `⌈r·64 / THREADS⌉`.
 const fn rot_items(r: usize) -> usize {
     (r * 64).div_ceil(THREADS as usize)
-}
-
-/// Shared-space address of f32 element `i` of the region starting at element `region`.
-#[inline(always)]
-fn at(base: u32, region: u32, i: u32) -> u32 {
-    base + 4 * (region + i)
 }
 
 /// Byte address of f32 element `i` of a global tensor.

@@ -19,6 +19,7 @@ pub mod frag;
 pub mod math;
 pub mod primitives;
 pub mod segment_state;
+pub mod smem;
 pub mod warp_reduce;
 pub mod warp_scan;
 

@@ -469,6 +469,12 @@ pub mod math;
 #[path = "../../kernels/src/frag.rs"]
 pub mod frag;
 
+#[path = "../../kernels/src/smem.rs"]
+pub mod smem;
+
+#[path = "../../kernels/src/warp_reduce.rs"]
+pub mod warp_reduce;
+
 /// A global buffer of a launch: (start address, length in bytes, name).
 pub type Buffer = (u64, u64, &'static str);
 
