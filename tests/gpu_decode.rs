@@ -18,6 +18,7 @@ use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOpti
 use mamba3::{Activation, Dtype, Error, Gpu, OutputMode, Rotation};
 use proptest::prelude::*;
 
+use common::device::{up_act, up_f32};
 use common::{quantize, rel_err, round_act, round_f32};
 
 fn angle_err(ours: &[f64], reference: &[f64]) -> f64 {
@@ -133,17 +134,13 @@ struct Device<X: Activation> {
     norm: Option<CudaSlice<f32>>,
 }
 
-fn up_act<X: Activation>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<X> {
-    let host: Vec<X> = v.iter().map(|x| X::from_f64(*x)).collect();
-    s.clone_htod(&host).unwrap()
-}
-
-fn up_f32(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<f32> {
-    let mut host: Vec<f32> = v.iter().map(|x| *x as f32).collect();
-    if host.is_empty() {
-        host.push(0.0);
+/// [`up_f32`], with an empty `v` uploaded as one zero.
+fn up_f32_nonempty(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<f32> {
+    if v.is_empty() {
+        up_f32(s, &[0.0])
+    } else {
+        up_f32(s, v)
     }
-    s.clone_htod(&host).unwrap()
 }
 
 impl<X: Activation> Device<X> {
@@ -154,16 +151,16 @@ impl<X: Activation> Device<X> {
             v: up_act(s, &inp.v),
             z: inp.z.as_ref().map(|z| up_act(s, z)),
             trap: up_act(s, &inp.trap),
-            dt: up_f32(s, &inp.dt),
-            adt: up_f32(s, &inp.adt),
-            angles: up_f32(s, &inp.angle_logits),
-            q_bias: up_f32(s, &inp.q_bias),
-            k_bias: up_f32(s, &inp.k_bias),
-            mimo_v: up_f32(s, &inp.mimo_v),
-            mimo_z: inp.mimo_z.as_ref().map(|m| up_f32(s, m)),
-            mimo_o: inp.mimo_o.as_ref().map(|m| up_f32(s, m)),
-            d: inp.d.as_ref().map(|m| up_f32(s, m)),
-            norm: inp.norm.as_ref().map(|n| up_f32(s, &n.weight)),
+            dt: up_f32_nonempty(s, &inp.dt),
+            adt: up_f32_nonempty(s, &inp.adt),
+            angles: up_f32_nonempty(s, &inp.angle_logits),
+            q_bias: up_f32_nonempty(s, &inp.q_bias),
+            k_bias: up_f32_nonempty(s, &inp.k_bias),
+            mimo_v: up_f32_nonempty(s, &inp.mimo_v),
+            mimo_z: inp.mimo_z.as_ref().map(|m| up_f32_nonempty(s, m)),
+            mimo_o: inp.mimo_o.as_ref().map(|m| up_f32_nonempty(s, m)),
+            d: inp.d.as_ref().map(|m| up_f32_nonempty(s, m)),
+            norm: inp.norm.as_ref().map(|n| up_f32_nonempty(s, &n.weight)),
         }
     }
 
