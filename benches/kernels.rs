@@ -447,16 +447,19 @@ fn bench_forward_one<T: Activation>(
     );
 }
 
+/// (H, B, S) of the forward and backward benchmarks.
+const MODEL_SHAPES: [(usize, usize, usize); 6] = [
+    (64, 1, 2048),
+    (64, 8, 2048),
+    (32, 1, 2048),
+    (32, 8, 2048),
+    (64, 1, 8192),
+    (64, 8, 8192),
+];
+
 /// `forward/...`: the H200 model geometry over (H, B, S), both activation dtypes.
 fn bench_forward(gpu: &Gpu, stream: &Arc<CudaStream>) {
-    for (h, b, s) in [
-        (64, 1, 2048),
-        (64, 8, 2048),
-        (32, 1, 2048),
-        (32, 8, 2048),
-        (64, 1, 8192),
-        (64, 8, 8192),
-    ] {
+    for (h, b, s) in MODEL_SHAPES {
         bench_forward_one::<half::bf16>(gpu, stream, h, b, s);
         bench_forward_one::<f32>(gpu, stream, h, b, s);
     }
@@ -554,14 +557,7 @@ fn bench_backward_one<T: Activation>(
 
 /// `backward/...`: the forward benchmark's geometries, both activation dtypes.
 fn bench_backward(gpu: &Gpu, stream: &Arc<CudaStream>) {
-    for (h, b, s) in [
-        (64, 1, 2048),
-        (64, 8, 2048),
-        (32, 1, 2048),
-        (32, 8, 2048),
-        (64, 1, 8192),
-        (64, 8, 8192),
-    ] {
+    for (h, b, s) in MODEL_SHAPES {
         bench_backward_one::<half::bf16>(gpu, stream, h, b, s);
         bench_backward_one::<f32>(gpu, stream, h, b, s);
     }
