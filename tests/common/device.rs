@@ -90,6 +90,15 @@ pub struct DeviceInputs<T> {
 impl<T: Activation> DeviceInputs<T> {
     /// Uploads every tensor of `inp` (already rounded to what the device sees).
     pub fn upload(s: &Arc<CudaStream>, inp: &Mamba3Inputs) -> Self {
+        Self::upload_with(s, inp, up_f32)
+    }
+
+    /// [`upload`](Self::upload), with `up_f32` uploading the f32 tensors.
+    pub fn upload_with(
+        s: &Arc<CudaStream>,
+        inp: &Mamba3Inputs,
+        up_f32: impl Fn(&Arc<CudaStream>, &[f64]) -> CudaSlice<f32>,
+    ) -> Self {
         DeviceInputs {
             q: up_act(s, &inp.q),
             k: up_act(s, &inp.k),
