@@ -503,7 +503,7 @@ fn bench_backward_one<T: Activation>(
         .expect("allocating the backward workspace");
     let mut grads = backward::backward_alloc(gpu, stream, &bwd_cfg, &inputs, &dout.as_view())
         .expect("allocating the gradients");
-    let ms_bwd = time_ms(gpu, stream, 1, 3, || {
+    let mut run_backward = || {
         backward::backward(
             gpu,
             stream,
@@ -514,19 +514,11 @@ fn bench_backward_one<T: Activation>(
             &mut workspace.as_view_mut(),
         )
         .unwrap()
-    });
+    };
+    let ms_bwd = time_ms(gpu, stream, 1, 3, &mut run_backward);
     let ms_both = time_ms(gpu, stream, 1, 3, || {
         forward(gpu, stream, &fwd_cfg, &inputs, &mut out.as_view_mut(), None).unwrap();
-        backward::backward(
-            gpu,
-            stream,
-            &bwd_cfg,
-            &inputs,
-            &dout.as_view(),
-            &mut grads.as_views_mut(),
-            &mut workspace.as_view_mut(),
-        )
-        .unwrap()
+        run_backward()
     });
     let (tokens, rf, nf, pf, cf) = ((b * s * h) as f64, 4.0, 128.0, 64.0, 16.0);
     let fwd_flops = tokens * (2.0 * cf * rf * rf * (nf + pf) + 4.0 * rf * nf * pf);
