@@ -283,20 +283,10 @@ fn softplus(x: f64) -> f64 {
     }
 }
 
-/// The chunked forward at `(heads, batch, seq_len)` on the H200 model geometry (G=1, N=128,
-/// P=64, R=4, C=16, Na=32, z, D, gated with mimo_o), activations in `T`.
-///
-/// FLOPs: the minimum of `shared/spec/performance.md` §3.1, `2·C·R²·(N+P) + 4·R·N·P` per token
-/// and head (masked blocks counted dense). Bytes: every tensor the call reads or writes once
-/// (q, k, v, z, trap, out in `T`; dt, adt, angles (B,S,H,Na) in f32; parameters negligible).
-fn bench_forward_one<T: Activation>(
-    gpu: &Gpu,
-    stream: &Arc<CudaStream>,
-    heads: usize,
-    batch: usize,
-    seq_len: usize,
-) {
-    let cfg = ForwardConfig {
+/// The H200 model geometry of the forward and backward benchmarks at `(heads, batch, seq_len)`:
+/// G=1, N=128, P=64, R=4, C=16, Na=32, z, D, gated with mimo_o, activations in `T`.
+fn model_config<T: Activation>(heads: usize, batch: usize, seq_len: usize) -> ForwardConfig {
+    ForwardConfig {
         batch,
         seq_len,
         rank: 4,
@@ -312,53 +302,109 @@ fn bench_forward_one<T: Activation>(
         has_z: true,
         has_d: true,
         norm_eps: 1e-5,
-    };
-    let (b, s, r, g, h, n, p, na) = (batch, seq_len, 4, 1, heads, 128, 64, 32);
+    }
+}
+
+/// Random device inputs of a [`model_config`] call (every input but the norm weight), drawn like
+/// the golden model's: activations N(0,1) in `T`; dt = softplus(−3 + N(0,1)),
+/// adt = −softplus(−3 + N(0,1))·U(0.1, 1), mimo_v and mimo_o N(0,1)/4, the rest N(0,1), in f32.
+struct ModelInputs<T> {
+    q: CudaSlice<T>,
+    k: CudaSlice<T>,
+    v: CudaSlice<T>,
+    z: CudaSlice<T>,
+    trap: CudaSlice<T>,
+    dt: CudaSlice<f32>,
+    adt: CudaSlice<f32>,
+    angles: CudaSlice<f32>,
+    q_bias: CudaSlice<f32>,
+    k_bias: CudaSlice<f32>,
+    mimo_v: CudaSlice<f32>,
+    mimo_z: CudaSlice<f32>,
+    mimo_o: CudaSlice<f32>,
+    d: CudaSlice<f32>,
+}
+
+impl<T: Activation> ModelInputs<T> {
+    /// Draws the tensors from `rng` in field order and uploads them.
+    fn random(stream: &Arc<CudaStream>, cfg: &ForwardConfig, rng: &mut SplitMix64) -> Self {
+        let (b, s, r, g, h, n, p, na) = (
+            cfg.batch,
+            cfg.seq_len,
+            cfg.rank,
+            cfg.groups,
+            cfg.heads,
+            cfg.state_dim,
+            cfg.head_dim,
+            cfg.num_angles,
+        );
+        let act = |rng: &mut SplitMix64| T::from_f64(rng.normal());
+        let normal = |rng: &mut SplitMix64| rng.normal() as f32;
+        let quarter = |rng: &mut SplitMix64| rng.normal() as f32 / 4.0;
+        ModelInputs {
+            q: random_buffer(stream, b * s * r * g * n, rng, act),
+            k: random_buffer(stream, b * s * r * g * n, rng, act),
+            v: random_buffer(stream, b * s * h * p, rng, act),
+            z: random_buffer(stream, b * s * h * p, rng, act),
+            trap: random_buffer(stream, b * h * s, rng, act),
+            dt: random_buffer(stream, b * h * s, rng, |rng: &mut SplitMix64| {
+                softplus(-3.0 + rng.normal()) as f32
+            }),
+            adt: random_buffer(stream, b * h * s, rng, |rng: &mut SplitMix64| {
+                (-softplus(-3.0 + rng.normal()) * rng.uniform_range(0.1, 1.0)) as f32
+            }),
+            angles: random_buffer(stream, b * s * h * na, rng, normal),
+            q_bias: random_buffer(stream, h * r * n, rng, normal),
+            k_bias: random_buffer(stream, h * r * n, rng, normal),
+            mimo_v: random_buffer(stream, h * r * p, rng, quarter),
+            mimo_z: random_buffer(stream, h * r * p, rng, normal),
+            mimo_o: random_buffer(stream, h * r * p, rng, quarter),
+            d: random_buffer(stream, h, rng, normal),
+        }
+    }
+
+    fn views(&self) -> ForwardInputs<'_, T> {
+        ForwardInputs {
+            q: self.q.as_view(),
+            k: self.k.as_view(),
+            v: self.v.as_view(),
+            z: Some(self.z.as_view()),
+            trap: self.trap.as_view(),
+            dt: self.dt.as_view(),
+            adt: self.adt.as_view(),
+            angles: self.angles.as_view(),
+            q_bias: self.q_bias.as_view(),
+            k_bias: self.k_bias.as_view(),
+            mimo_v: self.mimo_v.as_view(),
+            mimo_z: Some(self.mimo_z.as_view()),
+            mimo_o: Some(self.mimo_o.as_view()),
+            d: Some(self.d.as_view()),
+            norm_weight: None,
+        }
+    }
+}
+
+/// The chunked forward at `(heads, batch, seq_len)` on the H200 model geometry (G=1, N=128,
+/// P=64, R=4, C=16, Na=32, z, D, gated with mimo_o), activations in `T`.
+///
+/// FLOPs: the minimum of `shared/spec/performance.md` §3.1, `2·C·R²·(N+P) + 4·R·N·P` per token
+/// and head (masked blocks counted dense). Bytes: every tensor the call reads or writes once
+/// (q, k, v, z, trap, out in `T`; dt, adt, angles (B,S,H,Na) in f32; parameters negligible).
+fn bench_forward_one<T: Activation>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    heads: usize,
+    batch: usize,
+    seq_len: usize,
+) {
+    let cfg = model_config::<T>(heads, batch, seq_len);
+    let (b, s, h, p) = (batch, seq_len, heads, cfg.head_dim);
     let mut rng = SplitMix64::new(42 + (heads * 131 + batch * 7 + seq_len) as u64);
-    let act = |rng: &mut SplitMix64| T::from_f64(rng.normal());
-    let normal = |rng: &mut SplitMix64| rng.normal() as f32;
-    let q = random_buffer(stream, b * s * r * g * n, &mut rng, act);
-    let k = random_buffer(stream, b * s * r * g * n, &mut rng, act);
-    let v = random_buffer(stream, b * s * h * p, &mut rng, act);
-    let z = random_buffer(stream, b * s * h * p, &mut rng, act);
-    let trap = random_buffer(stream, b * h * s, &mut rng, act);
-    let dt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
-        softplus(-3.0 + rng.normal()) as f32
-    });
-    let adt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
-        (-softplus(-3.0 + rng.normal()) * rng.uniform_range(0.1, 1.0)) as f32
-    });
-    let angles = random_buffer(stream, b * s * h * na, &mut rng, normal);
-    let q_bias = random_buffer(stream, h * r * n, &mut rng, normal);
-    let k_bias = random_buffer(stream, h * r * n, &mut rng, normal);
-    let mimo_v = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
-        rng.normal() as f32 / 4.0
-    });
-    let mimo_z = random_buffer(stream, h * r * p, &mut rng, normal);
-    let mimo_o = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
-        rng.normal() as f32 / 4.0
-    });
-    let d = random_buffer(stream, h, &mut rng, normal);
+    let dev = ModelInputs::<T>::random(stream, &cfg, &mut rng);
     let mut out = stream
         .alloc_zeros::<T>(b * s * h * p)
         .expect("allocating a benchmark buffer");
-    let inputs = ForwardInputs {
-        q: q.as_view(),
-        k: k.as_view(),
-        v: v.as_view(),
-        z: Some(z.as_view()),
-        trap: trap.as_view(),
-        dt: dt.as_view(),
-        adt: adt.as_view(),
-        angles: angles.as_view(),
-        q_bias: q_bias.as_view(),
-        k_bias: k_bias.as_view(),
-        mimo_v: mimo_v.as_view(),
-        mimo_z: Some(mimo_z.as_view()),
-        mimo_o: Some(mimo_o.as_view()),
-        d: Some(d.as_view()),
-        norm_weight: None,
-    };
+    let inputs = dev.views();
     let mut workspace = stream
         .alloc_zeros::<f32>(workspace_len(&cfg, gpu.sm_count()).max(1))
         .expect("allocating a benchmark buffer");
@@ -401,16 +447,19 @@ fn bench_forward_one<T: Activation>(
     );
 }
 
+/// (H, B, S) of the forward and backward benchmarks.
+const MODEL_SHAPES: [(usize, usize, usize); 6] = [
+    (64, 1, 2048),
+    (64, 8, 2048),
+    (32, 1, 2048),
+    (32, 8, 2048),
+    (64, 1, 8192),
+    (64, 8, 8192),
+];
+
 /// `forward/...`: the H200 model geometry over (H, B, S), both activation dtypes.
 fn bench_forward(gpu: &Gpu, stream: &Arc<CudaStream>) {
-    for (h, b, s) in [
-        (64, 1, 2048),
-        (64, 8, 2048),
-        (32, 1, 2048),
-        (32, 8, 2048),
-        (64, 1, 8192),
-        (64, 8, 8192),
-    ] {
+    for (h, b, s) in MODEL_SHAPES {
         bench_forward_one::<half::bf16>(gpu, stream, h, b, s);
         bench_forward_one::<f32>(gpu, stream, h, b, s);
     }
@@ -433,81 +482,28 @@ fn bench_backward_one<T: Activation>(
     batch: usize,
     seq_len: usize,
 ) {
-    let fwd_cfg = ForwardConfig {
-        batch,
-        seq_len,
-        rank: 4,
-        groups: 1,
-        heads,
-        state_dim: 128,
-        head_dim: 64,
-        num_angles: 32,
-        chunk_size: 16,
-        dtype: T::DTYPE,
-        rotation: Rotation::HalfSplit,
-        mode: OutputMode::Gated,
-        has_z: true,
-        has_d: true,
-        norm_eps: 1e-5,
-    };
+    let fwd_cfg = model_config::<T>(heads, batch, seq_len);
     let bwd_cfg = ForwardConfig {
         chunk_size: BACKWARD_SEGMENT,
         ..fwd_cfg
     };
-    let (b, s, r, g, h, n, p, na) = (batch, seq_len, 4, 1, heads, 128, 64, 32);
+    let (b, s, h, p) = (batch, seq_len, heads, fwd_cfg.head_dim);
     let mut rng = SplitMix64::new(77 + (heads * 131 + batch * 7 + seq_len) as u64);
-    let act = |rng: &mut SplitMix64| T::from_f64(rng.normal());
-    let normal = |rng: &mut SplitMix64| rng.normal() as f32;
-    let q = random_buffer(stream, b * s * r * g * n, &mut rng, act);
-    let k = random_buffer(stream, b * s * r * g * n, &mut rng, act);
-    let v = random_buffer(stream, b * s * h * p, &mut rng, act);
-    let z = random_buffer(stream, b * s * h * p, &mut rng, act);
-    let trap = random_buffer(stream, b * h * s, &mut rng, act);
-    let dt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
-        softplus(-3.0 + rng.normal()) as f32
+    let dev = ModelInputs::<T>::random(stream, &fwd_cfg, &mut rng);
+    let dout = random_buffer(stream, b * s * h * p, &mut rng, |rng: &mut SplitMix64| {
+        T::from_f64(rng.normal())
     });
-    let adt = random_buffer(stream, b * h * s, &mut rng, |rng: &mut SplitMix64| {
-        (-softplus(-3.0 + rng.normal()) * rng.uniform_range(0.1, 1.0)) as f32
-    });
-    let angles = random_buffer(stream, b * s * h * na, &mut rng, normal);
-    let q_bias = random_buffer(stream, h * r * n, &mut rng, normal);
-    let k_bias = random_buffer(stream, h * r * n, &mut rng, normal);
-    let mimo_v = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
-        rng.normal() as f32 / 4.0
-    });
-    let mimo_z = random_buffer(stream, h * r * p, &mut rng, normal);
-    let mimo_o = random_buffer(stream, h * r * p, &mut rng, |rng: &mut SplitMix64| {
-        rng.normal() as f32 / 4.0
-    });
-    let d = random_buffer(stream, h, &mut rng, normal);
-    let dout = random_buffer(stream, b * s * h * p, &mut rng, act);
     let mut out = stream
         .alloc_zeros::<T>(b * s * h * p)
         .expect("allocating a benchmark buffer");
-    let inputs = ForwardInputs {
-        q: q.as_view(),
-        k: k.as_view(),
-        v: v.as_view(),
-        z: Some(z.as_view()),
-        trap: trap.as_view(),
-        dt: dt.as_view(),
-        adt: adt.as_view(),
-        angles: angles.as_view(),
-        q_bias: q_bias.as_view(),
-        k_bias: k_bias.as_view(),
-        mimo_v: mimo_v.as_view(),
-        mimo_z: Some(mimo_z.as_view()),
-        mimo_o: Some(mimo_o.as_view()),
-        d: Some(d.as_view()),
-        norm_weight: None,
-    };
+    let inputs = dev.views();
     let ws_len = backward::workspace_len(&bwd_cfg).expect("workspace size");
     let mut workspace = stream
         .alloc_zeros::<f32>(ws_len)
         .expect("allocating the backward workspace");
     let mut grads = backward::backward_alloc(gpu, stream, &bwd_cfg, &inputs, &dout.as_view())
         .expect("allocating the gradients");
-    let ms_bwd = time_ms(gpu, stream, 1, 3, || {
+    let mut run_backward = || {
         backward::backward(
             gpu,
             stream,
@@ -518,19 +514,11 @@ fn bench_backward_one<T: Activation>(
             &mut workspace.as_view_mut(),
         )
         .unwrap()
-    });
+    };
+    let ms_bwd = time_ms(gpu, stream, 1, 3, &mut run_backward);
     let ms_both = time_ms(gpu, stream, 1, 3, || {
         forward(gpu, stream, &fwd_cfg, &inputs, &mut out.as_view_mut(), None).unwrap();
-        backward::backward(
-            gpu,
-            stream,
-            &bwd_cfg,
-            &inputs,
-            &dout.as_view(),
-            &mut grads.as_views_mut(),
-            &mut workspace.as_view_mut(),
-        )
-        .unwrap()
+        run_backward()
     });
     let (tokens, rf, nf, pf, cf) = ((b * s * h) as f64, 4.0, 128.0, 64.0, 16.0);
     let fwd_flops = tokens * (2.0 * cf * rf * rf * (nf + pf) + 4.0 * rf * nf * pf);
@@ -561,14 +549,7 @@ fn bench_backward_one<T: Activation>(
 
 /// `backward/...`: the forward benchmark's geometries, both activation dtypes.
 fn bench_backward(gpu: &Gpu, stream: &Arc<CudaStream>) {
-    for (h, b, s) in [
-        (64, 1, 2048),
-        (64, 8, 2048),
-        (32, 1, 2048),
-        (32, 8, 2048),
-        (64, 1, 8192),
-        (64, 8, 8192),
-    ] {
+    for (h, b, s) in MODEL_SHAPES {
         bench_backward_one::<half::bf16>(gpu, stream, h, b, s);
         bench_backward_one::<f32>(gpu, stream, h, b, s);
     }

@@ -17,8 +17,8 @@ use mamba3_abi::{
     output_mode, rotation, BackwardParams, BackwardSmem, BackwardWorkspace, BACKWARD_THREADS,
 };
 
-use common::{geo, grad_err, opts, quantize};
-use emulation::{arch, elem, math, smem, warp_reduce, Buffer};
+use common::{geo, grad_err, letters, opts, quantize, worst_over};
+use emulation::{arch, elem, math, smem, warp_reduce, Memory};
 
 #[path = "../kernels/src/angles.rs"]
 mod angles;
@@ -26,62 +26,6 @@ mod angles;
 #[allow(clippy::all)]
 #[path = "../kernels/src/backward_recurrent.rs"]
 mod backward_recurrent;
-
-/// Device buffers of one emulated launch, kept alive while the kernel runs.
-#[derive(Default)]
-struct Buffers {
-    f32s: Vec<Vec<f32>>,
-    u16s: Vec<Vec<u16>>,
-    list: Vec<Buffer>,
-}
-
-impl Buffers {
-    fn f32(&mut self, x: &[f64], name: &'static str) -> u64 {
-        let v: Vec<f32> = x.iter().map(|&a| a as f32).collect();
-        let ptr = v.as_ptr() as u64;
-        self.list.push((ptr, 4 * v.len() as u64, name));
-        self.f32s.push(v);
-        ptr
-    }
-
-    fn act(&mut self, x: &[f64], name: &'static str, bf16: bool) -> u64 {
-        if !bf16 {
-            return self.f32(x, name);
-        }
-        let v: Vec<u16> = x
-            .iter()
-            .map(|&a| half::bf16::from_f64(a).to_bits())
-            .collect();
-        let ptr = v.as_ptr() as u64;
-        self.list.push((ptr, 2 * v.len() as u64, name));
-        self.u16s.push(v);
-        ptr
-    }
-
-    fn poison_f32(&mut self, len: usize, name: &'static str) -> u64 {
-        self.f32(&vec![f64::NAN; len], name)
-    }
-
-    fn poison_act(&mut self, len: usize, name: &'static str, bf16: bool) -> u64 {
-        self.act(&vec![f64::NAN; len], name, bf16)
-    }
-
-    fn read_f32(&self, ptr: u64, len: usize) -> Vec<f64> {
-        let s = unsafe { std::slice::from_raw_parts(ptr as *const f32, len) };
-        s.iter().map(|&v| v as f64).collect()
-    }
-
-    fn read_act(&self, ptr: u64, len: usize, bf16: bool) -> Vec<f64> {
-        if bf16 {
-            let s = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
-            s.iter()
-                .map(|&b| half::bf16::from_bits(b).to_f64())
-                .collect()
-        } else {
-            self.read_f32(ptr, len)
-        }
-    }
-}
 
 /// Random ∂L/∂out in the output's layout, rounded to the activation type.
 fn random_dout(inp: &Mamba3Inputs, seed: u64, bf16: bool) -> Vec<f64> {
@@ -103,50 +47,41 @@ fn random_dout(inp: &Mamba3Inputs, seed: u64, bf16: bool) -> Vec<f64> {
 /// Runs both emulated kernels; returns the gradients in the golden model's layout.
 fn run_emulated(inp: &Mamba3Inputs, dout_host: &[f64], seg_len: usize, bf16: bool) -> Gradients {
     let g = inp.geometry;
-    let (b, s, r, gr, h, n, p, na) = (
-        g.batch,
-        g.seq_len,
-        g.rank,
-        g.groups,
-        g.heads,
-        g.state_dim,
-        g.head_dim,
-        g.num_angles,
-    );
-    let mut bufs = Buffers::default();
-    let q = bufs.act(&inp.q, "q", bf16);
-    let k = bufs.act(&inp.k, "k", bf16);
-    let v = bufs.act(&inp.v, "v", bf16);
-    let z = inp.z.as_ref().map_or(0, |z| bufs.act(z, "z", bf16));
-    let trap = bufs.act(&inp.trap, "trap", bf16);
-    let dout = bufs.act(dout_host, "dout", bf16);
-    let dt = bufs.f32(&inp.dt, "dt");
-    let adt = bufs.f32(&inp.adt, "adt");
-    let angles = bufs.f32(&inp.angle_logits, "angles");
-    let q_bias = bufs.f32(&inp.q_bias, "q_bias");
-    let k_bias = bufs.f32(&inp.k_bias, "k_bias");
-    let mimo_v = bufs.f32(&inp.mimo_v, "mimo_v");
-    let mimo_z = inp.mimo_z.as_ref().map_or(0, |m| bufs.f32(m, "mimo_z"));
-    let mimo_o = inp.mimo_o.as_ref().map_or(0, |m| bufs.f32(m, "mimo_o"));
-    let d = inp.d.as_ref().map_or(0, |m| bufs.f32(m, "d"));
+    let (b, s, r, gr, h, n, p, na) = letters(&g);
+    let mut bufs = Memory::default();
+    let q = bufs.put_act(&inp.q, bf16, "q");
+    let k = bufs.put_act(&inp.k, bf16, "k");
+    let v = bufs.put_act(&inp.v, bf16, "v");
+    let z = inp.z.as_ref().map_or(0, |z| bufs.put_act(z, bf16, "z"));
+    let trap = bufs.put_act(&inp.trap, bf16, "trap");
+    let dout = bufs.put_act(dout_host, bf16, "dout");
+    let dt = bufs.put_f32(&inp.dt, "dt");
+    let adt = bufs.put_f32(&inp.adt, "adt");
+    let angles = bufs.put_f32(&inp.angle_logits, "angles");
+    let q_bias = bufs.put_f32(&inp.q_bias, "q_bias");
+    let k_bias = bufs.put_f32(&inp.k_bias, "k_bias");
+    let mimo_v = bufs.put_f32(&inp.mimo_v, "mimo_v");
+    let mimo_z = inp.mimo_z.as_ref().map_or(0, |m| bufs.put_f32(m, "mimo_z"));
+    let mimo_o = inp.mimo_o.as_ref().map_or(0, |m| bufs.put_f32(m, "mimo_o"));
+    let d = inp.d.as_ref().map_or(0, |m| bufs.put_f32(m, "d"));
     let norm_weight = inp
         .norm
         .as_ref()
-        .map_or(0, |nw| bufs.f32(&nw.weight, "norm_weight"));
+        .map_or(0, |nw| bufs.put_f32(&nw.weight, "norm_weight"));
 
     let qk_len = b * s * r * gr * n;
     let vz_len = b * s * h * p;
     let sc_len = b * h * s;
     let mimo_len = h * r * p;
-    let dq = bufs.poison_act(qk_len, "dq", bf16);
-    let dk = bufs.poison_act(qk_len, "dk", bf16);
-    let dv = bufs.poison_act(vz_len, "dv", bf16);
+    let dq = bufs.poison_act(qk_len, bf16, "dq");
+    let dk = bufs.poison_act(qk_len, bf16, "dk");
+    let dv = bufs.poison_act(vz_len, bf16, "dv");
     let dz = if inp.z.is_some() {
-        bufs.poison_act(vz_len, "dz", bf16)
+        bufs.poison_act(vz_len, bf16, "dz")
     } else {
         0
     };
-    let dtrap = bufs.poison_act(sc_len, "dtrap", bf16);
+    let dtrap = bufs.poison_act(sc_len, bf16, "dtrap");
     let ddt = bufs.poison_f32(sc_len, "ddt");
     let dadt = bufs.poison_f32(sc_len, "dadt");
     let dangles = bufs.poison_f32(b * s * h * na, "dangles");
@@ -255,7 +190,7 @@ fn run_emulated(inp: &Mamba3Inputs, dout_host: &[f64], seg_len: usize, bf16: boo
         (h as u32, b as u32),
         BACKWARD_THREADS as usize,
         lay.total as usize,
-        &bufs.list,
+        &bufs.buffers,
         || unsafe {
             if bf16 {
                 backward_recurrent::backward_head::<elem::Bf16>(&params)
@@ -268,7 +203,7 @@ fn run_emulated(inp: &Mamba3Inputs, dout_host: &[f64], seg_len: usize, bf16: boo
         (reduce_blocks, 1),
         BACKWARD_THREADS as usize,
         0,
-        &bufs.list,
+        &bufs.buffers,
         || unsafe {
             if bf16 {
                 backward_recurrent::backward_reduce::<elem::Bf16>(&params)
@@ -277,8 +212,8 @@ fn run_emulated(inp: &Mamba3Inputs, dout_host: &[f64], seg_len: usize, bf16: boo
             }
         },
     );
-    let f = |ptr: u64, len: usize| bufs.read_f32(ptr, len);
-    let a = |ptr: u64, len: usize| bufs.read_act(ptr, len, bf16);
+    let f = |ptr: u64, len: usize| bufs.get_f32(ptr, len);
+    let a = |ptr: u64, len: usize| bufs.get_act(ptr, len, bf16);
     Gradients {
         q: a(dq, qk_len),
         k: a(dk, qk_len),
@@ -406,10 +341,7 @@ fn emulated_backward_matches_golden_on_small_geometries() {
             bf16: true,
         },
     ];
-    let mut worst = 0.0f64;
-    for (i, case) in cases.iter().enumerate() {
-        worst = worst.max(check(case, 300 + i as u64));
-    }
+    let worst = worst_over(&cases, 300, check);
     eprintln!(
         "emulated backward: worst error {worst:.2e} over {} cases",
         cases.len()

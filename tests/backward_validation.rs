@@ -1,11 +1,15 @@
 //! The backward's validation rules, without a GPU: each broken rule is reported with the
 //! argument's name before anything is launched.
 
+mod common;
+
 use mamba3::backward::{
     dispatch_paths, expected_gradient_lens, validate_backward, workspace_len, GradientLens,
 };
 use mamba3::forward::{Dtype, ForwardConfig, ForwardLens};
 use mamba3::{Error, OutputMode, Rotation};
+
+use common::MODES;
 
 fn config(mode: OutputMode) -> ForwardConfig {
     ForwardConfig {
@@ -43,11 +47,7 @@ fn arg_of(r: mamba3::Result<()>) -> &'static str {
 
 #[test]
 fn valid_calls_pass_in_every_mode() {
-    for mode in [
-        OutputMode::Gated,
-        OutputMode::FusedNorm,
-        OutputMode::Prereduce,
-    ] {
+    for mode in MODES {
         let c = config(mode);
         let (lens, dout, grads, ws) = valid(&c);
         validate_backward(&c, &lens, dout, &grads, ws).unwrap();

@@ -19,7 +19,7 @@ use mamba3::golden::{
 use mamba3_abi::{DecodeParams, DecodeRowsSmem, DecodeSmem, DECODE_ROWS_WARPS, DECODE_WARPS};
 
 use common::{angle_rel_err, quantize, rel_err, round_act, round_f32};
-use emulation::{arch, elem, math, smem, warp_reduce, Buffer};
+use emulation::{arch, elem, math, smem, warp_reduce, Memory};
 
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply. Not
 // reformatted from here: the kernels crate has its own style.
@@ -35,67 +35,6 @@ mod decode_rows;
 
 /// Tokens of the golden prefix that produces the starting state.
 const PREFIX: usize = 2;
-
-/// 16 bytes, 16-byte aligned: the unit of the host buffers (`cp.async` and the vectorized state
-/// write-back need 16-byte aligned global addresses).
-#[derive(Clone, Copy)]
-#[repr(C, align(16))]
-struct Quad([u8; 16]);
-
-/// Host "global memory" of one launch: aligned buffers and their checked extents.
-#[derive(Default)]
-struct Memory {
-    storage: Vec<Vec<Quad>>,
-    buffers: Vec<Buffer>,
-}
-
-impl Memory {
-    fn put(&mut self, bytes: &[u8], name: &'static str) -> u64 {
-        let mut v = vec![Quad([0; 16]); bytes.len().div_ceil(16)];
-        for (i, b) in bytes.iter().enumerate() {
-            v[i / 16].0[i % 16] = *b;
-        }
-        let ptr = v.as_ptr() as u64;
-        self.buffers.push((ptr, bytes.len() as u64, name));
-        self.storage.push(v);
-        ptr
-    }
-
-    fn put_f32(&mut self, x: &[f64], name: &'static str) -> u64 {
-        let bytes: Vec<u8> = x.iter().flat_map(|&v| (v as f32).to_ne_bytes()).collect();
-        self.put(&bytes, name)
-    }
-
-    fn put_act(&mut self, x: &[f64], bf16: bool, name: &'static str) -> u64 {
-        if bf16 {
-            let bytes: Vec<u8> = x
-                .iter()
-                .flat_map(|&v| half::bf16::from_f64(v).to_bits().to_ne_bytes())
-                .collect();
-            self.put(&bytes, name)
-        } else {
-            self.put_f32(x, name)
-        }
-    }
-
-    fn get_f32(&self, ptr: u64, len: usize) -> Vec<f64> {
-        // SAFETY: `ptr` is a buffer of `self` holding at least `len` f32.
-        let s = unsafe { std::slice::from_raw_parts(ptr as *const f32, len) };
-        s.iter().map(|&v| v as f64).collect()
-    }
-
-    fn get_act(&self, ptr: u64, len: usize, bf16: bool) -> Vec<f64> {
-        if bf16 {
-            // SAFETY: `ptr` is a buffer of `self` holding at least `len` bf16.
-            let s = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
-            s.iter()
-                .map(|&b| half::bf16::from_bits(b).to_f64())
-                .collect()
-        } else {
-            self.get_f32(ptr, len)
-        }
-    }
-}
 
 /// Rounds a state to its device storage: θ reduced into [0, 2π) and f32, ssm f32, k and v in the
 /// activation dtype.

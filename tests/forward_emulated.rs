@@ -20,7 +20,7 @@ use mamba3_abi::{
     FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
 };
 
-use common::{geo, opts, rel_err};
+use common::{geo, opts, rel_err, worst_over};
 use emulation::{arch, elem, frag, math, smem, warp_reduce};
 
 #[path = "../kernels/src/angles.rs"]
@@ -34,16 +34,6 @@ mod chunked_forward;
 #[allow(clippy::all)]
 #[path = "../kernels/src/segment_state.rs"]
 mod segment_state;
-
-fn f32v(x: &[f64]) -> Vec<f32> {
-    x.iter().map(|&v| v as f32).collect()
-}
-
-fn bf16v(x: &[f64]) -> Vec<u16> {
-    x.iter()
-        .map(|&v| half::bf16::from_f64(v).to_bits())
-        .collect()
-}
 
 /// Rounds the activations of `inp` to the precision of the kernel's inputs.
 fn round_inputs(inp: &Mamba3Inputs, bf16: bool) -> Mamba3Inputs {
@@ -98,77 +88,38 @@ fn run_emulated(
     segments: usize,
 ) -> Outputs {
     let g = inp.geometry;
-    let mut buffers: Vec<(u64, u64, &'static str)> = Vec::new();
-    // Activation buffers: keep either u16 or f32 storage alive.
-    let mut act16: Vec<Vec<u16>> = Vec::new();
-    let mut act32: Vec<Vec<f32>> = Vec::new();
-    let mut reg_act =
-        |x: &[f64], name: &'static str, bufs: &mut Vec<(u64, u64, &'static str)>| -> u64 {
-            if bf16 {
-                let v = bf16v(x);
-                let ptr = v.as_ptr() as u64;
-                bufs.push((ptr, 2 * v.len() as u64, name));
-                act16.push(v);
-                ptr
-            } else {
-                let v = f32v(x);
-                let ptr = v.as_ptr() as u64;
-                bufs.push((ptr, 4 * v.len() as u64, name));
-                act32.push(v);
-                ptr
-            }
-        };
-    let q = reg_act(&inp.q, "q", &mut buffers);
-    let k = reg_act(&inp.k, "k", &mut buffers);
-    let v = reg_act(&inp.v, "v", &mut buffers);
-    let z = inp.z.as_ref().map_or(0, |z| reg_act(z, "z", &mut buffers));
-    let trap = reg_act(&inp.trap, "trap", &mut buffers);
+    let mut mem = emulation::Memory::default();
+    let q = mem.put_act(&inp.q, bf16, "q");
+    let k = mem.put_act(&inp.k, bf16, "k");
+    let v = mem.put_act(&inp.v, bf16, "v");
+    let z = inp.z.as_ref().map_or(0, |z| mem.put_act(z, bf16, "z"));
+    let trap = mem.put_act(&inp.trap, bf16, "trap");
     let width = inp.output_width();
     let out_len = g.batch * g.seq_len * g.heads * width;
     let fk_len = g.batch * g.rank * g.heads * g.state_dim;
     let fv_len = g.batch * g.heads * g.head_dim;
     let zeros = vec![0.0f64; out_len.max(fk_len).max(fv_len)];
-    let out = reg_act(&zeros[..out_len], "out", &mut buffers);
-    let fk = reg_act(&zeros[..fk_len], "final_k", &mut buffers);
-    let fv = reg_act(&zeros[..fv_len], "final_v", &mut buffers);
+    let out = mem.put_act(&zeros[..out_len], bf16, "out");
+    let fk = mem.put_act(&zeros[..fk_len], bf16, "final_k");
+    let fv = mem.put_act(&zeros[..fv_len], bf16, "final_v");
 
-    let mut f32s: Vec<Vec<f32>> = Vec::new();
-    let mut reg_f =
-        |x: &[f64], name: &'static str, bufs: &mut Vec<(u64, u64, &'static str)>| -> u64 {
-            let v = f32v(x);
-            let ptr = v.as_ptr() as u64;
-            bufs.push((ptr, 4 * v.len() as u64, name));
-            f32s.push(v);
-            ptr
-        };
-    let dt = reg_f(&inp.dt, "dt", &mut buffers);
-    let adt = reg_f(&inp.adt, "adt", &mut buffers);
-    let angles = reg_f(&inp.angle_logits, "angles", &mut buffers);
-    let q_bias = reg_f(&inp.q_bias, "q_bias", &mut buffers);
-    let k_bias = reg_f(&inp.k_bias, "k_bias", &mut buffers);
-    let mimo_v = reg_f(&inp.mimo_v, "mimo_v", &mut buffers);
-    let mimo_z = inp
-        .mimo_z
-        .as_ref()
-        .map_or(0, |m| reg_f(m, "mimo_z", &mut buffers));
-    let mimo_o = inp
-        .mimo_o
-        .as_ref()
-        .map_or(0, |m| reg_f(m, "mimo_o", &mut buffers));
-    let d = inp.d.as_ref().map_or(0, |m| reg_f(m, "d", &mut buffers));
+    let dt = mem.put_f32(&inp.dt, "dt");
+    let adt = mem.put_f32(&inp.adt, "adt");
+    let angles = mem.put_f32(&inp.angle_logits, "angles");
+    let q_bias = mem.put_f32(&inp.q_bias, "q_bias");
+    let k_bias = mem.put_f32(&inp.k_bias, "k_bias");
+    let mimo_v = mem.put_f32(&inp.mimo_v, "mimo_v");
+    let mimo_z = inp.mimo_z.as_ref().map_or(0, |m| mem.put_f32(m, "mimo_z"));
+    let mimo_o = inp.mimo_o.as_ref().map_or(0, |m| mem.put_f32(m, "mimo_o"));
+    let d = inp.d.as_ref().map_or(0, |m| mem.put_f32(m, "d"));
     let norm_weight = inp
         .norm
         .as_ref()
-        .map_or(0, |n| reg_f(&n.weight, "norm_weight", &mut buffers));
-    let ftheta = reg_f(
-        &vec![0.0; g.batch * g.heads * g.num_angles],
-        "final_theta",
-        &mut buffers,
-    );
-    let fssm = reg_f(
+        .map_or(0, |n| mem.put_f32(&n.weight, "norm_weight"));
+    let ftheta = mem.put_f32(&vec![0.0; g.batch * g.heads * g.num_angles], "final_theta");
+    let fssm = mem.put_f32(
         &vec![0.0; g.batch * g.heads * g.head_dim * g.state_dim],
         "final_ssm",
-        &mut buffers,
     );
 
     let mode = match inp.output_mode() {
@@ -221,11 +172,9 @@ fn run_emulated(
     let segments = chunks.div_ceil(seg_chunks);
     let slots = (segments - 1) * g.batch * g.heads;
     let (st_words, th_words) = (g.head_dim * g.state_dim, 2 * g.num_angles);
-    let workspace = vec![f32::NAN; (slots * (st_words + th_words + 1)).max(1)];
-    let ws = workspace.as_ptr() as u64;
     let mut params = params;
     if segments > 1 {
-        buffers.push((ws, 4 * workspace.len() as u64, "workspace"));
+        let ws = mem.poison_f32((slots * (st_words + th_words + 1)).max(1), "workspace");
         params.segments = segments as u32;
         params.seg_chunks = seg_chunks as u32;
         params.seg_state = ws;
@@ -250,20 +199,26 @@ fn run_emulated(
     let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
     let grid = (g.heads as u32, (g.batch * segments) as u32);
     if segments > 1 {
-        emulation::run_grid(grid, FORWARD_THREADS as usize, words, &buffers, || unsafe {
-            use chunked_forward::chunked_forward_pass as pass;
-            match (bf16, g.rank) {
-                (false, 1) => pass::<f32, 1, true>(&params),
-                (false, 2) => pass::<f32, 2, true>(&params),
-                (false, 4) => pass::<f32, 4, true>(&params),
-                (false, 8) => pass::<f32, 8, true>(&params),
-                (true, 1) => pass::<elem::Bf16, 1, true>(&params),
-                (true, 2) => pass::<elem::Bf16, 2, true>(&params),
-                (true, 4) => pass::<elem::Bf16, 4, true>(&params),
-                (true, 8) => pass::<elem::Bf16, 8, true>(&params),
-                _ => panic!("unsupported rank"),
-            }
-        });
+        emulation::run_grid(
+            grid,
+            FORWARD_THREADS as usize,
+            words,
+            &mem.buffers,
+            || unsafe {
+                use chunked_forward::chunked_forward_pass as pass;
+                match (bf16, g.rank) {
+                    (false, 1) => pass::<f32, 1, true>(&params),
+                    (false, 2) => pass::<f32, 2, true>(&params),
+                    (false, 4) => pass::<f32, 4, true>(&params),
+                    (false, 8) => pass::<f32, 8, true>(&params),
+                    (true, 1) => pass::<elem::Bf16, 1, true>(&params),
+                    (true, 2) => pass::<elem::Bf16, 2, true>(&params),
+                    (true, 4) => pass::<elem::Bf16, 4, true>(&params),
+                    (true, 8) => pass::<elem::Bf16, 8, true>(&params),
+                    _ => panic!("unsupported rank"),
+                }
+            },
+        );
         let combine = SegmentCombineParams {
             seg_state: params.seg_state,
             seg_theta: params.seg_theta,
@@ -281,50 +236,36 @@ fn run_emulated(
             (g.heads as u32, g.batch as u32),
             SEGMENT_COMBINE_THREADS as usize,
             combine_words.max(1),
-            &buffers,
+            &mem.buffers,
             || unsafe { segment_state::segment_combine(&combine) },
         );
     }
-    emulation::run_grid(grid, FORWARD_THREADS as usize, words, &buffers, || unsafe {
-        match (bf16, g.rank) {
-            (false, 1) => chunked_forward::chunked_forward::<f32, 1>(&params),
-            (false, 2) => chunked_forward::chunked_forward::<f32, 2>(&params),
-            (false, 4) => chunked_forward::chunked_forward::<f32, 4>(&params),
-            (false, 8) => chunked_forward::chunked_forward::<f32, 8>(&params),
-            (true, 1) => chunked_forward::chunked_forward::<elem::Bf16, 1>(&params),
-            (true, 2) => chunked_forward::chunked_forward::<elem::Bf16, 2>(&params),
-            (true, 4) => chunked_forward::chunked_forward::<elem::Bf16, 4>(&params),
-            (true, 8) => chunked_forward::chunked_forward::<elem::Bf16, 8>(&params),
-            _ => panic!("unsupported rank"),
-        }
-    });
-    let act_back = |ptr: u64, len: usize| -> Vec<f64> {
-        if bf16 {
-            let s = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
-            s.iter()
-                .map(|&b| half::bf16::from_bits(b).to_f64())
-                .collect()
-        } else {
-            let s = unsafe { std::slice::from_raw_parts(ptr as *const f32, len) };
-            s.iter().map(|&v| v as f64).collect()
-        }
-    };
-    let f_back = |ptr: u64, len: usize| -> Vec<f64> {
-        let s = unsafe { std::slice::from_raw_parts(ptr as *const f32, len) };
-        s.iter().map(|&v| v as f64).collect()
-    };
-    let res = Outputs {
-        out: act_back(out, out_len),
-        theta: f_back(ftheta, g.batch * g.heads * g.num_angles),
-        ssm: f_back(fssm, g.batch * g.heads * g.head_dim * g.state_dim),
-        k: act_back(fk, fk_len),
-        v: act_back(fv, fv_len),
-    };
-    drop(act16);
-    drop(act32);
-    drop(f32s);
-    drop(workspace);
-    res
+    emulation::run_grid(
+        grid,
+        FORWARD_THREADS as usize,
+        words,
+        &mem.buffers,
+        || unsafe {
+            match (bf16, g.rank) {
+                (false, 1) => chunked_forward::chunked_forward::<f32, 1>(&params),
+                (false, 2) => chunked_forward::chunked_forward::<f32, 2>(&params),
+                (false, 4) => chunked_forward::chunked_forward::<f32, 4>(&params),
+                (false, 8) => chunked_forward::chunked_forward::<f32, 8>(&params),
+                (true, 1) => chunked_forward::chunked_forward::<elem::Bf16, 1>(&params),
+                (true, 2) => chunked_forward::chunked_forward::<elem::Bf16, 2>(&params),
+                (true, 4) => chunked_forward::chunked_forward::<elem::Bf16, 4>(&params),
+                (true, 8) => chunked_forward::chunked_forward::<elem::Bf16, 8>(&params),
+                _ => panic!("unsupported rank"),
+            }
+        },
+    );
+    Outputs {
+        out: mem.get_act(out, out_len, bf16),
+        theta: mem.get_f32(ftheta, g.batch * g.heads * g.num_angles),
+        ssm: mem.get_f32(fssm, g.batch * g.heads * g.head_dim * g.state_dim),
+        k: mem.get_act(fk, fk_len, bf16),
+        v: mem.get_act(fv, fv_len, bf16),
+    }
 }
 
 struct Case {
@@ -471,10 +412,7 @@ fn emulated_kernel_matches_golden_on_small_geometries() {
             bf16: true,
         },
     ];
-    let mut worst = 0.0f64;
-    for (i, case) in cases.iter().enumerate() {
-        worst = worst.max(check(case, 100 + i as u64));
-    }
+    let worst = worst_over(&cases, 100, check);
     eprintln!(
         "emulated kernel: worst error {worst:.2e} over {} cases",
         cases.len()

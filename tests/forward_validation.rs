@@ -1,12 +1,16 @@
 //! The forward's validation on the CPU: every rule rejects with an error naming the argument,
 //! its value and the rule, before anything touches a GPU.
 
+mod common;
+
 use mamba3::forward::{
     dispatch_paths, dispatch_paths_with_workspace, sequence_segments, validate, validate_config,
     workspace_len, Dtype, ForwardConfig, ForwardLens, MAX_SEGMENTS, MIN_SEGMENT_CHUNKS,
 };
 use mamba3::golden::{OutputMode, Rotation};
 use mamba3::Error;
+
+use common::{MODES, UPSTREAM_GRID};
 
 fn config() -> ForwardConfig {
     ForwardConfig {
@@ -51,11 +55,7 @@ fn expect_arg(result: mamba3::Result<()>, arg: &str, needle: &str) {
 
 #[test]
 fn valid_config_and_lengths_pass() {
-    for mode in [
-        OutputMode::Gated,
-        OutputMode::FusedNorm,
-        OutputMode::Prereduce,
-    ] {
+    for mode in MODES {
         for (has_z, has_d) in [(true, true), (false, false), (true, false)] {
             for with_states in [false, true] {
                 let c = ForwardConfig {
@@ -481,20 +481,7 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
 #[test]
 fn shared_memory_of_upstream_geometries_fits_hopper() {
     // Upstream's 11 geometries (N, P, R, C) at Na = N/4: all within 227 KB.
-    let grid = [
-        (16, 64, 4, 8),
-        (32, 64, 4, 16),
-        (64, 64, 4, 16),
-        (128, 64, 4, 16),
-        (256, 64, 4, 8),
-        (64, 128, 4, 16),
-        (128, 32, 4, 16),
-        (128, 128, 4, 8),
-        (128, 64, 8, 8),
-        (128, 64, 2, 32),
-        (128, 64, 1, 64),
-    ];
-    for (n, p, r, ch) in grid {
+    for (n, p, r, ch) in UPSTREAM_GRID {
         let c = ForwardConfig {
             state_dim: n,
             head_dim: p,

@@ -13,15 +13,16 @@ use std::sync::Arc;
 
 use half::bf16;
 use mamba3::backward::{backward, dispatch_paths, workspace_len, GradientsMut};
-use mamba3::cuda::{CudaSlice, CudaStream};
-use mamba3::forward::{Activation, ForwardConfig, ForwardInputs};
+use mamba3::cuda::{CudaSlice, CudaStream, CudaViewMut};
+use mamba3::forward::Activation;
 use mamba3::golden::{
     backward_recurrent, Gradients, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions,
     Rotation, SplitMix64,
 };
 use mamba3::{Error, Gpu};
 
-use common::{geo, grad_err, opts, quantize};
+use common::device::{config_of, down_act, down_f32, poison, up_act, DeviceInputs};
+use common::{assert_invalid_argument, geo, grad_err, letters, opts, quantize, UPSTREAM_GRID};
 
 const F32_TOL: f64 = 1e-5;
 const BF16_TOL: f64 = 2e-2;
@@ -34,58 +35,6 @@ struct Case {
     opts: RandomOptions,
 }
 
-fn up_act<T: Activation>(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<T> {
-    let v: Vec<T> = x.iter().map(|&a| T::from_f64(a)).collect();
-    s.clone_htod(&v).expect("upload")
-}
-
-fn up_f32(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<f32> {
-    let v: Vec<f32> = x.iter().map(|&a| a as f32).collect();
-    s.clone_htod(&v).expect("upload")
-}
-
-fn poison<T: Activation>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
-    s.clone_htod(&vec![T::from_f64(f64::NAN); len])
-        .expect("upload")
-}
-
-fn down_act<T: Activation>(s: &Arc<CudaStream>, x: &CudaSlice<T>) -> Vec<f64> {
-    s.clone_dtoh(x)
-        .expect("download")
-        .iter()
-        .map(|v| v.to_f64())
-        .collect()
-}
-
-fn down_f32(s: &Arc<CudaStream>, x: &CudaSlice<f32>) -> Vec<f64> {
-    s.clone_dtoh(x)
-        .expect("download")
-        .iter()
-        .map(|&v| v as f64)
-        .collect()
-}
-
-fn config_of<T: Activation>(inp: &Mamba3Inputs, chunk: usize) -> ForwardConfig {
-    let g = inp.geometry;
-    ForwardConfig {
-        batch: g.batch,
-        seq_len: g.seq_len,
-        rank: g.rank,
-        groups: g.groups,
-        heads: g.heads,
-        state_dim: g.state_dim,
-        head_dim: g.head_dim,
-        num_angles: g.num_angles,
-        chunk_size: chunk,
-        dtype: T::DTYPE,
-        rotation: inp.rotation,
-        mode: inp.output_mode(),
-        has_z: inp.z.is_some(),
-        has_d: inp.d.is_some(),
-        norm_eps: inp.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
-    }
-}
-
 /// Random ∂L/∂out in the output's layout, rounded to `T`.
 fn random_dout<T: Activation>(inp: &Mamba3Inputs, seed: u64) -> Vec<f64> {
     let g = inp.geometry;
@@ -94,64 +43,6 @@ fn random_dout<T: Activation>(inp: &Mamba3Inputs, seed: u64) -> Vec<f64> {
     (0..len)
         .map(|_| T::from_f64(rng.normal()).to_f64())
         .collect()
-}
-
-/// Device inputs of one case.
-struct DeviceInputs<T> {
-    act: Vec<CudaSlice<T>>,
-    z: Option<CudaSlice<T>>,
-    f: Vec<CudaSlice<f32>>,
-    opt_f: [Option<CudaSlice<f32>>; 4],
-}
-
-impl<T: Activation> DeviceInputs<T> {
-    fn upload(s: &Arc<CudaStream>, inp: &Mamba3Inputs) -> Self {
-        DeviceInputs {
-            act: [&inp.q, &inp.k, &inp.v, &inp.trap]
-                .iter()
-                .map(|x| up_act::<T>(s, x))
-                .collect(),
-            z: inp.z.as_ref().map(|z| up_act::<T>(s, z)),
-            f: [
-                &inp.dt,
-                &inp.adt,
-                &inp.angle_logits,
-                &inp.q_bias,
-                &inp.k_bias,
-                &inp.mimo_v,
-            ]
-            .iter()
-            .map(|x| up_f32(s, x))
-            .collect(),
-            opt_f: [
-                inp.mimo_z.as_ref().map(|m| up_f32(s, m)),
-                inp.mimo_o.as_ref().map(|m| up_f32(s, m)),
-                inp.d.as_ref().map(|m| up_f32(s, m)),
-                inp.norm.as_ref().map(|n| up_f32(s, &n.weight)),
-            ],
-        }
-    }
-
-    fn views(&self) -> ForwardInputs<'_, T> {
-        let [mz, mo, d, nw] = &self.opt_f;
-        ForwardInputs {
-            q: self.act[0].as_view(),
-            k: self.act[1].as_view(),
-            v: self.act[2].as_view(),
-            z: self.z.as_ref().map(|x| x.as_view()),
-            trap: self.act[3].as_view(),
-            dt: self.f[0].as_view(),
-            adt: self.f[1].as_view(),
-            angles: self.f[2].as_view(),
-            q_bias: self.f[3].as_view(),
-            k_bias: self.f[4].as_view(),
-            mimo_v: self.f[5].as_view(),
-            mimo_z: mz.as_ref().map(|x| x.as_view()),
-            mimo_o: mo.as_ref().map(|x| x.as_view()),
-            d: d.as_ref().map(|x| x.as_view()),
-            norm_weight: nw.as_ref().map(|x| x.as_view()),
-        }
-    }
 }
 
 /// Runs the backward into NaN-poisoned caller buffers and downloads every gradient.
@@ -165,16 +56,7 @@ fn run_gpu<T: Activation>(
 ) -> Gradients {
     let cfg = config_of::<T>(inp, chunk);
     let g = inp.geometry;
-    let (b, sl, r, gr, h, n, p, na) = (
-        g.batch,
-        g.seq_len,
-        g.rank,
-        g.groups,
-        g.heads,
-        g.state_dim,
-        g.head_dim,
-        g.num_angles,
-    );
+    let (b, sl, r, gr, h, n, p, na) = letters(&g);
     let (qk, vz, sc, mimo) = (b * sl * r * gr * n, b * sl * h * p, b * h * sl, h * r * p);
     let mut dq = poison::<T>(s, qk);
     let mut dk = poison::<T>(s, qk);
@@ -344,18 +226,8 @@ fn run_grid(cases: &[Case], label: &str, seed0: u64) {
 
 /// Upstream's grid (spec §8: divisor 4, gated with z and D) at B = 2, S = 2048, H = 4, plus GQA.
 fn upstream_cases() -> Vec<Case> {
-    let grid = [
-        (16, 64, 4, 8),
-        (32, 64, 4, 16),
-        (64, 64, 4, 16),
-        (128, 64, 4, 16),
-        (256, 64, 4, 8),
-        (64, 128, 4, 16),
-        (128, 32, 4, 16),
-        (128, 128, 4, 8),
-    ];
     let gated = opts(Rotation::HalfSplit, OutputMode::Gated, true, true);
-    let mut cases: Vec<Case> = grid
+    let mut cases: Vec<Case> = UPSTREAM_GRID[..8]
         .iter()
         .map(|&(n, p, r, c)| Case {
             geo: geo(2, 2048, r, 1, 4, n, p, n / 4),
@@ -455,62 +327,33 @@ fn backward_rejects_bad_arguments_before_launch() {
     )
     .expect("allocating backward");
     let mut ws = poison::<f32>(&s, workspace_len(&cfg).unwrap());
-    let err = backward(
-        &gpu,
-        &s,
-        &cfg,
-        &dev.views(),
-        &short.as_view(),
+    // The backward must refuse the call, naming `arg`.
+    let expect_rejected = |dout: &CudaSlice<f32>,
+                           grads: &mut GradientsMut<'_, f32>,
+                           ws: &mut CudaViewMut<'_, f32>,
+                           arg: &str| {
+        let err = backward(&gpu, &s, &cfg, &dev.views(), &dout.as_view(), grads, ws).unwrap_err();
+        eprintln!("rejected: {err}");
+        assert_invalid_argument(&err, arg);
+    };
+    expect_rejected(
+        &short,
         &mut grads.as_views_mut(),
         &mut ws.as_view_mut(),
-    )
-    .unwrap_err();
-    eprintln!("rejected: {err}");
-    assert!(
-        matches!(err, Error::InvalidArgument { arg: "dout", .. }),
-        "{err}"
+        "dout",
     );
     // Workspace one element short.
     let dout = up_act::<f32>(&s, &dout_host);
-    let err = backward(
-        &gpu,
-        &s,
-        &cfg,
-        &dev.views(),
-        &dout.as_view(),
+    expect_rejected(
+        &dout,
         &mut grads.as_views_mut(),
         &mut ws.slice_mut(1..),
-    )
-    .unwrap_err();
-    eprintln!("rejected: {err}");
-    assert!(
-        matches!(
-            err,
-            Error::InvalidArgument {
-                arg: "workspace",
-                ..
-            }
-        ),
-        "{err}"
+        "workspace",
     );
     // A missing optional gradient.
     let mut views = grads.as_views_mut();
     views.z = None;
-    let err = backward(
-        &gpu,
-        &s,
-        &cfg,
-        &dev.views(),
-        &dout.as_view(),
-        &mut views,
-        &mut ws.as_view_mut(),
-    )
-    .unwrap_err();
-    eprintln!("rejected: {err}");
-    assert!(
-        matches!(err, Error::InvalidArgument { arg: "grads.z", .. }),
-        "{err}"
-    );
+    expect_rejected(&dout, &mut views, &mut ws.as_view_mut(), "grads.z");
     // Nothing was launched: the poisoned workspace is untouched.
     s.synchronize().unwrap();
     assert!(down_f32(&s, &ws).iter().all(|x| x.is_nan()));

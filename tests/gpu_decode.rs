@@ -13,11 +13,12 @@ use mamba3::cuda::{CudaSlice, CudaStream};
 use mamba3::decode::{
     self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights, HostDecodeState,
 };
-use mamba3::forward::{forward_alloc, ForwardConfig, ForwardInputs};
+use mamba3::forward::forward_alloc;
 use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOptions};
 use mamba3::{Activation, Dtype, Error, Gpu, OutputMode, Rotation};
 use proptest::prelude::*;
 
+use common::device::{config_of, up_f32, DeviceInputs};
 use common::{quantize, rel_err, round_act, round_f32};
 
 fn angle_err(ours: &[f64], reference: &[f64]) -> f64 {
@@ -114,59 +115,17 @@ impl Case {
     }
 }
 
-/// Device copies of one call's tensors.
-struct Device<X: Activation> {
-    q: CudaSlice<X>,
-    k: CudaSlice<X>,
-    v: CudaSlice<X>,
-    z: Option<CudaSlice<X>>,
-    trap: CudaSlice<X>,
-    dt: CudaSlice<f32>,
-    adt: CudaSlice<f32>,
-    angles: CudaSlice<f32>,
-    q_bias: CudaSlice<f32>,
-    k_bias: CudaSlice<f32>,
-    mimo_v: CudaSlice<f32>,
-    mimo_z: Option<CudaSlice<f32>>,
-    mimo_o: Option<CudaSlice<f32>>,
-    d: Option<CudaSlice<f32>>,
-    norm: Option<CudaSlice<f32>>,
-}
-
-fn up_act<X: Activation>(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<X> {
-    let host: Vec<X> = v.iter().map(|x| X::from_f64(*x)).collect();
-    s.clone_htod(&host).unwrap()
-}
-
-fn up_f32(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<f32> {
-    let mut host: Vec<f32> = v.iter().map(|x| *x as f32).collect();
-    if host.is_empty() {
-        host.push(0.0);
+/// [`up_f32`], with an empty `v` uploaded as one zero.
+fn up_f32_nonempty(s: &Arc<CudaStream>, v: &[f64]) -> CudaSlice<f32> {
+    if v.is_empty() {
+        up_f32(s, &[0.0])
+    } else {
+        up_f32(s, v)
     }
-    s.clone_htod(&host).unwrap()
 }
 
-impl<X: Activation> Device<X> {
-    fn upload(s: &Arc<CudaStream>, inp: &Mamba3Inputs) -> Self {
-        Device {
-            q: up_act(s, &inp.q),
-            k: up_act(s, &inp.k),
-            v: up_act(s, &inp.v),
-            z: inp.z.as_ref().map(|z| up_act(s, z)),
-            trap: up_act(s, &inp.trap),
-            dt: up_f32(s, &inp.dt),
-            adt: up_f32(s, &inp.adt),
-            angles: up_f32(s, &inp.angle_logits),
-            q_bias: up_f32(s, &inp.q_bias),
-            k_bias: up_f32(s, &inp.k_bias),
-            mimo_v: up_f32(s, &inp.mimo_v),
-            mimo_z: inp.mimo_z.as_ref().map(|m| up_f32(s, m)),
-            mimo_o: inp.mimo_o.as_ref().map(|m| up_f32(s, m)),
-            d: inp.d.as_ref().map(|m| up_f32(s, m)),
-            norm: inp.norm.as_ref().map(|n| up_f32(s, &n.weight)),
-        }
-    }
-
+/// The decode's view of a call's tensors.
+impl<X: Activation> DeviceInputs<X> {
     fn weights(&self) -> DecodeWeights<'_> {
         DecodeWeights {
             q_bias: &self.q_bias,
@@ -175,7 +134,7 @@ impl<X: Activation> Device<X> {
             mimo_z: self.mimo_z.as_ref(),
             mimo_o: self.mimo_o.as_ref(),
             d: self.d.as_ref(),
-            norm_weight: self.norm.as_ref(),
+            norm_weight: self.norm_weight.as_ref(),
         }
     }
 
@@ -215,7 +174,7 @@ fn run_case<X: Activation>(gpu: &Gpu, stream: &Arc<CudaStream>, case: Case, seed
     };
     quantize_state::<X>(&mut state);
     let call = all.token_slice(case.prefix, total).unwrap();
-    let dev = Device::<X>::upload(stream, &call);
+    let dev = DeviceInputs::<X>::upload_with(stream, &call, up_f32_nonempty);
     let config = case.config(call.norm.as_ref().map_or(1e-5, |n| n.eps));
     let mut gpu_state = DecodeState::from_host(stream, config, &host_state::<X>(&state)).unwrap();
     let mut out = stream
@@ -424,7 +383,7 @@ fn continue_against_golden(
     let (prefix, tokens) = (case.prefix, case.tokens);
     let full = golden::forward_recurrent(all).unwrap();
     let call = all.token_slice(prefix, prefix + tokens).unwrap();
-    let dev = Device::<f32>::upload(stream, &call);
+    let dev = DeviceInputs::<f32>::upload_with(stream, &call, up_f32_nonempty);
     let mut out = stream
         .alloc_zeros::<f32>(state.config().output_len(tokens))
         .unwrap();
@@ -515,41 +474,9 @@ fn gpu_forward_then_step_tokens_equals_longer_forward() {
         };
         let all = case.inputs::<f32>(11);
         let prefill = all.token_slice(0, case.prefix).unwrap();
-        let pre = Device::<f32>::upload(&stream, &prefill);
-        let config = ForwardConfig {
-            batch: case.batch,
-            seq_len: case.prefix,
-            rank: case.rank,
-            groups: case.groups,
-            heads: case.heads,
-            state_dim: case.n,
-            head_dim: case.p,
-            num_angles: case.na,
-            chunk_size: 16,
-            dtype: Dtype::F32,
-            rotation: case.rotation,
-            mode,
-            has_z: case.has_z,
-            has_d: case.has_d,
-            norm_eps: prefill.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
-        };
-        let inputs = ForwardInputs {
-            q: pre.q.as_view(),
-            k: pre.k.as_view(),
-            v: pre.v.as_view(),
-            z: pre.z.as_ref().map(|z| z.as_view()),
-            trap: pre.trap.as_view(),
-            dt: pre.dt.as_view(),
-            adt: pre.adt.as_view(),
-            angles: pre.angles.as_view(),
-            q_bias: pre.q_bias.as_view(),
-            k_bias: pre.k_bias.as_view(),
-            mimo_v: pre.mimo_v.as_view(),
-            mimo_z: pre.mimo_z.as_ref().map(|m| m.as_view()),
-            mimo_o: pre.mimo_o.as_ref().map(|m| m.as_view()),
-            d: pre.d.as_ref().map(|m| m.as_view()),
-            norm_weight: pre.norm.as_ref().map(|m| m.as_view()),
-        };
+        let pre = DeviceInputs::<f32>::upload_with(&stream, &prefill, up_f32_nonempty);
+        let config = config_of::<f32>(&prefill, 16);
+        let inputs = pre.views();
         let (_, states) = forward_alloc(&gpu, &stream, &config, &inputs, true).unwrap();
         let decode_config = case.config(prefill.norm.as_ref().map_or(1e-5, |n| n.eps));
         let state = DecodeState::from_forward(&stream, decode_config, &states.unwrap()).unwrap();
@@ -578,7 +505,10 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         let calls: Vec<Mamba3Inputs> = (0..3).map(|i| case.inputs::<bf16>(50 + i)).collect();
         let start = FinalStates::zeros(&case.geometry(1)).unwrap();
         let config = case.config(1e-5);
-        let devs: Vec<Device<bf16>> = calls.iter().map(|c| Device::upload(&stream, c)).collect();
+        let devs: Vec<DeviceInputs<bf16>> = calls
+            .iter()
+            .map(|c| DeviceInputs::upload_with(&stream, c, up_f32_nonempty))
+            .collect();
 
         // Every call uses the first call's weights: a graph bakes its weight buffers in.
         let weights = devs[0].weights();
@@ -699,7 +629,7 @@ fn bad_inputs_are_rejected_before_launch() {
         ..REFERENCE
     };
     let call = case.inputs::<f32>(3);
-    let dev = Device::<f32>::upload(&stream, &call);
+    let dev = DeviceInputs::<f32>::upload_with(&stream, &call, up_f32_nonempty);
     let config = case.config(1e-5);
     let mut state = DecodeState::<f32>::new(&stream, config).unwrap();
     let mut out = stream.alloc_zeros::<f32>(config.output_len(1)).unwrap();
@@ -750,7 +680,7 @@ fn bad_inputs_are_rejected_before_launch() {
         ..case
     };
     let call = huge.inputs::<f32>(4);
-    let dev = Device::<f32>::upload(&stream, &call);
+    let dev = DeviceInputs::<f32>::upload_with(&stream, &call, up_f32_nonempty);
     let config = huge.config(1e-5);
     let mut state = DecodeState::<f32>::new(&stream, config).unwrap();
     let mut out = stream.alloc_zeros::<f32>(config.output_len(2)).unwrap();

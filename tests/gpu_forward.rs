@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 
 use half::bf16;
-use mamba3::cuda::{CudaSlice, CudaStream};
+use mamba3::cuda::CudaStream;
 use mamba3::forward::{
     dispatch_paths, dispatch_paths_with_workspace, forward, forward_with_workspace,
     sequence_segments, workspace_len, Activation, Dtype, FinalStatesMut, ForwardConfig,
@@ -23,7 +23,8 @@ use mamba3::golden::{
 };
 use mamba3::{Error, Gpu};
 
-use common::{angle_rel_err, geo, opts, quantize, rel_err};
+use common::device::{config_of, down_act, down_f32, poison, DeviceInputs};
+use common::{angle_rel_err, assert_invalid_argument, geo, opts, quantize, rel_err, UPSTREAM_GRID};
 
 const F32_TOL: f64 = 2e-6;
 const BF16_TOL: f64 = 1e-2;
@@ -63,58 +64,6 @@ fn round_inputs<T: Activation>(inp: &Mamba3Inputs) -> Mamba3Inputs {
     out
 }
 
-fn up_act<T: Activation>(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<T> {
-    let v: Vec<T> = x.iter().map(|&a| T::from_f64(a)).collect();
-    s.clone_htod(&v).expect("upload")
-}
-
-fn up_f32(s: &Arc<CudaStream>, x: &[f64]) -> CudaSlice<f32> {
-    let v: Vec<f32> = x.iter().map(|&a| a as f32).collect();
-    s.clone_htod(&v).expect("upload")
-}
-
-fn poison<T: Activation>(s: &Arc<CudaStream>, len: usize) -> CudaSlice<T> {
-    s.clone_htod(&vec![T::from_f64(f64::NAN); len])
-        .expect("upload")
-}
-
-fn down_act<T: Activation>(s: &Arc<CudaStream>, x: &CudaSlice<T>) -> Vec<f64> {
-    s.clone_dtoh(x)
-        .expect("download")
-        .iter()
-        .map(|v| v.to_f64())
-        .collect()
-}
-
-fn down_f32(s: &Arc<CudaStream>, x: &CudaSlice<f32>) -> Vec<f64> {
-    s.clone_dtoh(x)
-        .expect("download")
-        .iter()
-        .map(|&v| v as f64)
-        .collect()
-}
-
-fn config_of<T: Activation>(inp: &Mamba3Inputs, chunk: usize) -> ForwardConfig {
-    let g = inp.geometry;
-    ForwardConfig {
-        batch: g.batch,
-        seq_len: g.seq_len,
-        rank: g.rank,
-        groups: g.groups,
-        heads: g.heads,
-        state_dim: g.state_dim,
-        head_dim: g.head_dim,
-        num_angles: g.num_angles,
-        chunk_size: chunk,
-        dtype: T::DTYPE,
-        rotation: inp.rotation,
-        mode: inp.output_mode(),
-        has_z: inp.z.is_some(),
-        has_d: inp.d.is_some(),
-        norm_eps: inp.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
-    }
-}
-
 /// Device outputs of one forward: out and the four final states, as f64.
 struct DeviceResult {
     out: Vec<f64>,
@@ -136,38 +85,8 @@ fn run_gpu<T: Activation>(
 ) -> DeviceResult {
     let cfg = config_of::<T>(inp, chunk);
     let g = inp.geometry;
-    let q = up_act::<T>(s, &inp.q);
-    let k = up_act::<T>(s, &inp.k);
-    let v = up_act::<T>(s, &inp.v);
-    let z = inp.z.as_ref().map(|z| up_act::<T>(s, z));
-    let trap = up_act::<T>(s, &inp.trap);
-    let dt = up_f32(s, &inp.dt);
-    let adt = up_f32(s, &inp.adt);
-    let angles = up_f32(s, &inp.angle_logits);
-    let q_bias = up_f32(s, &inp.q_bias);
-    let k_bias = up_f32(s, &inp.k_bias);
-    let mimo_v = up_f32(s, &inp.mimo_v);
-    let mimo_z = inp.mimo_z.as_ref().map(|m| up_f32(s, m));
-    let mimo_o = inp.mimo_o.as_ref().map(|m| up_f32(s, m));
-    let d = inp.d.as_ref().map(|m| up_f32(s, m));
-    let norm_weight = inp.norm.as_ref().map(|n| up_f32(s, &n.weight));
-    let inputs = ForwardInputs {
-        q: q.as_view(),
-        k: k.as_view(),
-        v: v.as_view(),
-        z: z.as_ref().map(|x| x.as_view()),
-        trap: trap.as_view(),
-        dt: dt.as_view(),
-        adt: adt.as_view(),
-        angles: angles.as_view(),
-        q_bias: q_bias.as_view(),
-        k_bias: k_bias.as_view(),
-        mimo_v: mimo_v.as_view(),
-        mimo_z: mimo_z.as_ref().map(|x| x.as_view()),
-        mimo_o: mimo_o.as_ref().map(|x| x.as_view()),
-        d: d.as_ref().map(|x| x.as_view()),
-        norm_weight: norm_weight.as_ref().map(|x| x.as_view()),
-    };
+    let dev = DeviceInputs::<T>::upload(s, inp);
+    let inputs = dev.views();
     let lens = cfg.expected_lens(true).expect("sizes fit");
     let st = lens.states.expect("states asked for");
     let mut out = poison::<T>(s, lens.out);
@@ -288,21 +207,8 @@ fn check_path<T: Activation>(
 /// Upstream's 11 dense geometries (spec §8): B=2, S=2048, H=16, G=1, Na=N/4, z and D, gated;
 /// plus the tuned geometry with G=2.
 fn upstream_cases() -> Vec<Case> {
-    let grid = [
-        (16, 64, 4, 8),
-        (32, 64, 4, 16),
-        (64, 64, 4, 16),
-        (128, 64, 4, 16),
-        (256, 64, 4, 8),
-        (64, 128, 4, 16),
-        (128, 32, 4, 16),
-        (128, 128, 4, 8),
-        (128, 64, 8, 8),
-        (128, 64, 2, 32),
-        (128, 64, 1, 64),
-    ];
     let gated = opts(Rotation::HalfSplit, OutputMode::Gated, true, true);
-    let mut cases: Vec<Case> = grid
+    let mut cases: Vec<Case> = UPSTREAM_GRID
         .iter()
         .map(|&(n, p, r, c)| Case {
             geo: geo(2, 2048, r, 1, 16, n, p, n / 4),
@@ -485,57 +391,25 @@ fn forward_rejects_bad_arguments_before_launch() {
             "forward_fma_f32_r4"
         ]
     );
-    let q = up_act::<f32>(&s, &inp.q);
-    let k = up_act::<f32>(&s, &inp.k);
-    let v = up_act::<f32>(&s, &inp.v);
-    let z = up_act::<f32>(&s, inp.z.as_ref().unwrap());
-    let trap = up_act::<f32>(&s, &inp.trap);
-    let dt = up_f32(&s, &inp.dt);
-    let adt = up_f32(&s, &inp.adt);
-    let angles = up_f32(&s, &inp.angle_logits);
-    let q_bias = up_f32(&s, &inp.q_bias);
-    let k_bias = up_f32(&s, &inp.k_bias);
-    let mimo_v = up_f32(&s, &inp.mimo_v);
-    let mimo_z = up_f32(&s, inp.mimo_z.as_ref().unwrap());
-    let mimo_o = up_f32(&s, inp.mimo_o.as_ref().unwrap());
-    let d = up_f32(&s, inp.d.as_ref().unwrap());
+    let dev = DeviceInputs::<f32>::upload(&s, &inp);
     let inputs = ForwardInputs {
-        q: q.as_view(),
-        k: k.slice(1..),
-        v: v.as_view(),
-        z: Some(z.as_view()),
-        trap: trap.as_view(),
-        dt: dt.as_view(),
-        adt: adt.as_view(),
-        angles: angles.as_view(),
-        q_bias: q_bias.as_view(),
-        k_bias: k_bias.as_view(),
-        mimo_v: mimo_v.as_view(),
-        mimo_z: Some(mimo_z.as_view()),
-        mimo_o: Some(mimo_o.as_view()),
-        d: Some(d.as_view()),
-        norm_weight: None,
+        k: dev.k.slice(1..),
+        ..dev.views()
     };
     let mut out = poison::<f32>(&s, cfg.expected_lens(false).unwrap().out);
     let err = forward(&gpu, &s, &cfg, &inputs, &mut out.as_view_mut(), None).unwrap_err();
     eprintln!("rejected: {err}");
-    assert!(
-        matches!(err, Error::InvalidArgument { arg: "k", .. }),
-        "{err}"
-    );
+    assert_invalid_argument(&err, "k");
     // dtype mismatch.
     let bad = ForwardConfig {
         dtype: Dtype::Bf16,
         ..cfg
     };
     let err = forward(&gpu, &s, &bad, &inputs, &mut out.as_view_mut(), None).unwrap_err();
-    assert!(
-        matches!(err, Error::InvalidArgument { arg: "dtype", .. }),
-        "{err}"
-    );
+    assert_invalid_argument(&err, "dtype");
     // A chunk too large for shared memory: the launch path's typed error.
     let k_full = ForwardInputs {
-        k: k.as_view(),
+        k: dev.k.as_view(),
         ..inputs
     };
     let big = ForwardConfig {
@@ -558,16 +432,7 @@ fn forward_rejects_bad_arguments_before_launch() {
     )
     .unwrap_err();
     eprintln!("rejected: {err}");
-    assert!(
-        matches!(
-            err,
-            Error::InvalidArgument {
-                arg: "workspace",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_invalid_argument(&err, "workspace");
     // Nothing was launched: the poisoned output is untouched.
     let back = down_act(&s, &out);
     assert!(back.iter().all(|x| x.is_nan()));
@@ -590,37 +455,8 @@ fn forward_split_handoff_angles_match_golden() {
     assert!(k_seg > 1);
     let g = case.geo;
     let theta_ref = mamba3::golden::cumulative_theta(&g, &inp.angle_logits, &inp.dt).unwrap();
-    let q = up_act::<f32>(&s, &inp.q);
-    let k = up_act::<f32>(&s, &inp.k);
-    let v = up_act::<f32>(&s, &inp.v);
-    let z = up_act::<f32>(&s, inp.z.as_ref().unwrap());
-    let trap = up_act::<f32>(&s, &inp.trap);
-    let dt = up_f32(&s, &inp.dt);
-    let adt = up_f32(&s, &inp.adt);
-    let angles = up_f32(&s, &inp.angle_logits);
-    let q_bias = up_f32(&s, &inp.q_bias);
-    let k_bias = up_f32(&s, &inp.k_bias);
-    let mimo_v = up_f32(&s, &inp.mimo_v);
-    let mimo_z = up_f32(&s, inp.mimo_z.as_ref().unwrap());
-    let mimo_o = up_f32(&s, inp.mimo_o.as_ref().unwrap());
-    let d = up_f32(&s, inp.d.as_ref().unwrap());
-    let inputs = ForwardInputs {
-        q: q.as_view(),
-        k: k.as_view(),
-        v: v.as_view(),
-        z: Some(z.as_view()),
-        trap: trap.as_view(),
-        dt: dt.as_view(),
-        adt: adt.as_view(),
-        angles: angles.as_view(),
-        q_bias: q_bias.as_view(),
-        k_bias: k_bias.as_view(),
-        mimo_v: mimo_v.as_view(),
-        mimo_z: Some(mimo_z.as_view()),
-        mimo_o: Some(mimo_o.as_view()),
-        d: Some(d.as_view()),
-        norm_weight: None,
-    };
+    let dev = DeviceInputs::<f32>::upload(&s, &inp);
+    let inputs = dev.views();
     let lens = cfg.expected_lens(true).unwrap();
     let st = lens.states.unwrap();
     let mut out = poison::<f32>(&s, lens.out);

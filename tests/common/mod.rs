@@ -3,6 +3,8 @@
 // Each test binary uses only part of these helpers.
 #![allow(dead_code)]
 
+pub mod device;
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::f64::consts::TAU;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use mamba3::golden::{
     Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, RmsNormWeight, Rotation,
 };
-use mamba3::{Activation, Gpu};
+use mamba3::{Activation, Error, Gpu};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use safetensors::{Dtype, SafeTensors};
@@ -256,6 +258,21 @@ pub const MODES: [OutputMode; 3] = [
 ];
 pub const ROTATIONS: [Rotation; 2] = [Rotation::HalfSplit, Rotation::Pairwise];
 
+/// Upstream's 11 dense geometries (spec §8) as (N, P, R, C).
+pub const UPSTREAM_GRID: [(usize, usize, usize, usize); 11] = [
+    (16, 64, 4, 8),
+    (32, 64, 4, 16),
+    (64, 64, 4, 16),
+    (128, 64, 4, 16),
+    (256, 64, 4, 8),
+    (64, 128, 4, 16),
+    (128, 32, 4, 16),
+    (128, 128, 4, 8),
+    (128, 64, 8, 8),
+    (128, 64, 2, 32),
+    (128, 64, 1, 64),
+];
+
 /// Fixed-seed proptest configuration without failure files, so runs are reproducible.
 pub fn proptest_config(cases: u32, seed: u64) -> Config {
     Config {
@@ -418,6 +435,20 @@ pub fn geo(
     }
 }
 
+/// The letters of a geometry in the order B, S, R, G, H, N, P, Na (the inverse of [`geo`]).
+pub fn letters(g: &Mamba3Geometry) -> (usize, usize, usize, usize, usize, usize, usize, usize) {
+    (
+        g.batch,
+        g.seq_len,
+        g.rank,
+        g.groups,
+        g.heads,
+        g.state_dim,
+        g.head_dim,
+        g.num_angles,
+    )
+}
+
 /// Random-input options.
 pub fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> RandomOptions {
     RandomOptions {
@@ -426,4 +457,21 @@ pub fn opts(rotation: Rotation, mode: OutputMode, has_z: bool, has_d: bool) -> R
         has_z,
         has_d,
     }
+}
+
+/// Asserts that `err` is an [`Error::InvalidArgument`] naming `arg`.
+pub fn assert_invalid_argument(err: &Error, arg: &str) {
+    assert!(
+        matches!(err, Error::InvalidArgument { arg: got, .. } if *got == arg),
+        "{err}"
+    );
+}
+
+/// The worst of `check(case, seed0 + i)` over the `i`-th of `cases`.
+pub fn worst_over<C>(cases: &[C], seed0: u64, mut check: impl FnMut(&C, u64) -> f64) -> f64 {
+    let mut worst = 0.0f64;
+    for (i, case) in cases.iter().enumerate() {
+        worst = worst.max(check(case, seed0 + i as u64));
+    }
+    worst
 }

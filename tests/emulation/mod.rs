@@ -478,6 +478,9 @@ pub mod warp_reduce;
 /// A global buffer of a launch: (start address, length in bytes, name).
 pub type Buffer = (u64, u64, &'static str);
 
+mod memory;
+pub use memory::Memory;
+
 /// Runs `body` on every block of the grid `(x, y)`, block after block, each as `threads` OS
 /// threads with `words` words of poisoned (NaN) shared memory; global accesses must fall inside
 /// `buffers`. Panics on a shared-memory race; aborts the process on any other emulation error.
