@@ -444,32 +444,12 @@ pub fn validate(c: &ForwardConfig, lens: &ForwardLens) -> Result<()> {
 
 /// The compiled kernel for an activation dtype and rank, if any.
 pub fn kernel_for(dtype: Dtype, rank: usize) -> Option<Kernel> {
-    Some(match (dtype, rank) {
-        (Dtype::F32, 1) => Kernel::ForwardFmaF32R1,
-        (Dtype::F32, 2) => Kernel::ForwardFmaF32R2,
-        (Dtype::F32, 4) => Kernel::ForwardFmaF32R4,
-        (Dtype::F32, 8) => Kernel::ForwardFmaF32R8,
-        (Dtype::Bf16, 1) => Kernel::ForwardFmaBf16R1,
-        (Dtype::Bf16, 2) => Kernel::ForwardFmaBf16R2,
-        (Dtype::Bf16, 4) => Kernel::ForwardFmaBf16R4,
-        (Dtype::Bf16, 8) => Kernel::ForwardFmaBf16R8,
-        _ => return None,
-    })
+    Kernel::forward_fma(dtype, rank)
 }
 
 /// The segment-state kernel of the split forward for an activation dtype and rank, if any.
 pub fn segment_state_kernel_for(dtype: Dtype, rank: usize) -> Option<Kernel> {
-    Some(match (dtype, rank) {
-        (Dtype::F32, 1) => Kernel::SegmentStateF32R1,
-        (Dtype::F32, 2) => Kernel::SegmentStateF32R2,
-        (Dtype::F32, 4) => Kernel::SegmentStateF32R4,
-        (Dtype::F32, 8) => Kernel::SegmentStateF32R8,
-        (Dtype::Bf16, 1) => Kernel::SegmentStateBf16R1,
-        (Dtype::Bf16, 2) => Kernel::SegmentStateBf16R2,
-        (Dtype::Bf16, 4) => Kernel::SegmentStateBf16R4,
-        (Dtype::Bf16, 8) => Kernel::SegmentStateBf16R8,
-        _ => return None,
-    })
+    Kernel::segment_state(dtype, rank)
 }
 
 /// The kernels (PTX symbols, in launch order) that [`forward`] runs for `config`; empty when the

@@ -190,36 +190,26 @@ impl Kernel {
         }
     }
 
-    /// The decode kernel for an activation dtype and rank, if instantiated.
+    /// The decode kernel (state tile in shared memory) for an activation dtype and rank, if
+    /// instantiated.
     pub fn decode(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
-        use crate::Dtype::{Bf16, F32};
-        Some(match (dtype, rank) {
-            (F32, 1) => Kernel::DecodeF32R1,
-            (F32, 2) => Kernel::DecodeF32R2,
-            (F32, 4) => Kernel::DecodeF32R4,
-            (F32, 8) => Kernel::DecodeF32R8,
-            (Bf16, 1) => Kernel::DecodeBf16R1,
-            (Bf16, 2) => Kernel::DecodeBf16R2,
-            (Bf16, 4) => Kernel::DecodeBf16R4,
-            (Bf16, 8) => Kernel::DecodeBf16R8,
-            _ => return None,
-        })
+        ranked(&DECODE, dtype, rank)
     }
 
     /// The register-resident decode kernel for an activation dtype and rank, if instantiated.
     pub fn decode_rows(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
-        use crate::Dtype::{Bf16, F32};
-        Some(match (dtype, rank) {
-            (F32, 1) => Kernel::DecodeRowsF32R1,
-            (F32, 2) => Kernel::DecodeRowsF32R2,
-            (F32, 4) => Kernel::DecodeRowsF32R4,
-            (F32, 8) => Kernel::DecodeRowsF32R8,
-            (Bf16, 1) => Kernel::DecodeRowsBf16R1,
-            (Bf16, 2) => Kernel::DecodeRowsBf16R2,
-            (Bf16, 4) => Kernel::DecodeRowsBf16R4,
-            (Bf16, 8) => Kernel::DecodeRowsBf16R8,
-            _ => return None,
-        })
+        ranked(&DECODE_ROWS, dtype, rank)
+    }
+
+    /// The chunked-forward kernel for an activation dtype and rank, if instantiated.
+    pub fn forward_fma(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
+        ranked(&FORWARD_FMA, dtype, rank)
+    }
+
+    /// The split forward's segment-state kernel for an activation dtype and rank, if
+    /// instantiated.
+    pub fn segment_state(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
+        ranked(&SEGMENT_STATE, dtype, rank)
     }
 
     /// Position in [`Kernel::ALL`] (index of its cached function handle).
@@ -229,6 +219,70 @@ impl Kernel {
             .position(|k| *k == self)
             .expect("every kernel is in ALL")
     }
+}
+
+/// A kernel family instantiated for both activation types and R ∈ {1, 2, 4, 8}, in the order
+/// f32 R1, R2, R4, R8, then bf16 R1, R2, R4, R8 (see [`ranked`]).
+type RankedFamily = [Kernel; 8];
+
+const DECODE: RankedFamily = [
+    Kernel::DecodeF32R1,
+    Kernel::DecodeF32R2,
+    Kernel::DecodeF32R4,
+    Kernel::DecodeF32R8,
+    Kernel::DecodeBf16R1,
+    Kernel::DecodeBf16R2,
+    Kernel::DecodeBf16R4,
+    Kernel::DecodeBf16R8,
+];
+
+const DECODE_ROWS: RankedFamily = [
+    Kernel::DecodeRowsF32R1,
+    Kernel::DecodeRowsF32R2,
+    Kernel::DecodeRowsF32R4,
+    Kernel::DecodeRowsF32R8,
+    Kernel::DecodeRowsBf16R1,
+    Kernel::DecodeRowsBf16R2,
+    Kernel::DecodeRowsBf16R4,
+    Kernel::DecodeRowsBf16R8,
+];
+
+const FORWARD_FMA: RankedFamily = [
+    Kernel::ForwardFmaF32R1,
+    Kernel::ForwardFmaF32R2,
+    Kernel::ForwardFmaF32R4,
+    Kernel::ForwardFmaF32R8,
+    Kernel::ForwardFmaBf16R1,
+    Kernel::ForwardFmaBf16R2,
+    Kernel::ForwardFmaBf16R4,
+    Kernel::ForwardFmaBf16R8,
+];
+
+const SEGMENT_STATE: RankedFamily = [
+    Kernel::SegmentStateF32R1,
+    Kernel::SegmentStateF32R2,
+    Kernel::SegmentStateF32R4,
+    Kernel::SegmentStateF32R8,
+    Kernel::SegmentStateBf16R1,
+    Kernel::SegmentStateBf16R2,
+    Kernel::SegmentStateBf16R4,
+    Kernel::SegmentStateBf16R8,
+];
+
+/// The member of `family` for an activation type and rank; `None` for a rank not instantiated.
+fn ranked(family: &RankedFamily, dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
+    let slot = match rank {
+        1 => 0,
+        2 => 1,
+        4 => 2,
+        8 => 3,
+        _ => return None,
+    };
+    let half = match dtype {
+        crate::Dtype::F32 => 0,
+        crate::Dtype::Bf16 => 4,
+    };
+    Some(family[half + slot])
 }
 
 /// The `.entry` names declared in a PTX text, in order.
@@ -267,5 +321,28 @@ mod tests {
             !crate::PTX.contains(".local"),
             "PTX uses local memory (stack)"
         );
+    }
+
+    #[test]
+    fn ranked_families_pick_the_entry_named_for_dtype_and_rank() {
+        use crate::Dtype;
+        type Pick = fn(Dtype, usize) -> Option<Kernel>;
+        let families: [(&str, Pick); 4] = [
+            ("decode", Kernel::decode),
+            ("decode_rows", Kernel::decode_rows),
+            ("forward_fma", Kernel::forward_fma),
+            ("segment_state", Kernel::segment_state),
+        ];
+        for (prefix, pick) in families {
+            for (dtype, name) in [(Dtype::F32, "f32"), (Dtype::Bf16, "bf16")] {
+                for rank in [1, 2, 4, 8] {
+                    let kernel = pick(dtype, rank).expect("instantiated rank");
+                    assert_eq!(kernel.symbol(), format!("{prefix}_{name}_r{rank}"));
+                }
+                for rank in [0, 3, 5, 16] {
+                    assert_eq!(pick(dtype, rank), None, "{prefix} rank {rank}");
+                }
+            }
+        }
     }
 }
