@@ -38,7 +38,7 @@ use mamba3_abi::{
     output_mode, rotation, BackwardParams, BackwardSlots, BackwardSmem, BACKWARD_THREADS,
 };
 
-use crate::angles::{angle_increment, reduced_f32};
+use crate::angles::{angle_increment, reduced_f32, rotate_pair};
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, smem_base, st_shared_f32, sync_threads, thread_x,
@@ -211,11 +211,8 @@ unsafe fn load_token<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, slot: u3
                 let ci = cx.cs_index(t, j);
                 let c = ldg(prm.cs, ci);
                 let s = ldg(prm.cs, ci + cx.na as usize);
-                let (q0, k0) = (qa, ka);
-                qa = q0 * c - qb * s;
-                qb = q0 * s + qb * c;
-                ka = k0 * c - kb * s;
-                kb = k0 * s + kb * c;
+                (qa, qb) = rotate_pair(qa, qb, c, s);
+                (ka, kb) = rotate_pair(ka, kb, c, s);
             }
             let o = slot * rn + r * cx.n;
             st_shared_f32(cx.sm(lay.q, o + ia), qa);

@@ -42,7 +42,7 @@ use mamba3_abi::{
     output_mode, rotation, ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS,
 };
 
-use crate::angles::{angle_increment, reduced_f32, wrap_two_pi_f64};
+use crate::angles::{angle_increment, reduced_f32, rotate_pair, wrap_two_pi_f64};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::ldmatrix::ldmatrix_x4;
@@ -326,11 +326,8 @@ unsafe fn qk_from_stage<const R: usize, X: Elem, const Q: bool>(
                     if j < cx.na {
                         let c = ld_shared_f32(cx.sm(lay.cos, i * cx.na + j));
                         let s = ld_shared_f32(cx.sm(lay.sin, i * cx.na + j));
-                        let (q0, k0) = (qa, ka);
-                        qa = q0 * c - qb * s;
-                        qb = q0 * s + qb * c;
-                        ka = k0 * c - kb * s;
-                        kb = k0 * s + kb * c;
+                        (qa, qb) = rotate_pair(qa, qb, c, s);
+                        (ka, kb) = rotate_pair(ka, kb, c, s);
                     }
                 }
                 if tf32 {
@@ -590,11 +587,8 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
                     if j < cx.na && i < len {
                         let c = ld_shared_f32(cx.sm(lay.cos, i * cx.na + j));
                         let s = ld_shared_f32(cx.sm(lay.sin, i * cx.na + j));
-                        let (q0, k0) = (qa, ka);
-                        qa = q0 * c - qb * s;
-                        qb = q0 * s + qb * c;
-                        ka = k0 * c - kb * s;
-                        kb = k0 * s + kb * c;
+                        (qa, qb) = rotate_pair(qa, qb, c, s);
+                        (ka, kb) = rotate_pair(ka, kb, c, s);
                     }
                     if tf32 {
                         (qa, qb, ka, kb) = (
