@@ -9,7 +9,9 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::backward;
 use mamba3::cuda::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
-use mamba3::decode::{self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights};
+use mamba3::decode::{
+    self, DecodeConfig, DecodeGraph, DecodeInputs, DecodePath, DecodeState, DecodeWeights,
+};
 use mamba3::forward::{
     dispatch_paths_with_workspace, forward, forward_with_workspace, workspace_len, ForwardConfig,
     ForwardInputs,
@@ -213,49 +215,80 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
                 adt: &adt,
                 angles: &angles,
             };
-            let mut states: Vec<DecodeState<bf16>> = (0..copies)
-                .map(|_| DecodeState::new(stream, config).expect("allocating states"))
-                .collect();
-            let mut outs: Vec<CudaSlice<bf16>> = (0..copies)
-                .map(|_| {
-                    stream
-                        .alloc_zeros(config.output_len(tokens))
-                        .expect("allocating outputs")
-                })
-                .collect();
-            let eager_ms = time_batch_ms(gpu, stream, 5, copies, || {
-                for (state, out) in states.iter_mut().zip(outs.iter_mut()) {
-                    decode::step_tokens(gpu, stream, state, &weights, &inputs, tokens, out)
-                        .expect("decode launch");
+            // The automatic choice first, then the other kernels that can run the call.
+            let sm = gpu.sm_count();
+            let auto = config.path(tokens, sm);
+            let mut paths = vec![None];
+            let others = [
+                DecodePath::SharedTile,
+                DecodePath::Streaming {
+                    rows_per_warp: config.streaming_rows_per_warp(sm),
+                },
+                DecodePath::RegisterResident {
+                    rows_per_warp: config.rows_per_warp(sm),
+                },
+            ];
+            for path in others {
+                let worth = match path {
+                    DecodePath::RegisterResident { .. } => config.register_resident(),
+                    _ => true,
+                };
+                if path != auto && worth && config.check_path(path, tokens).is_ok() {
+                    paths.push(Some(path));
                 }
-            });
-            drop(outs);
-            let mut graphs: Vec<DecodeGraph<bf16>> = states
-                .into_iter()
-                .map(|state| {
-                    DecodeGraph::capture(gpu, stream, state, &weights, tokens)
-                        .expect("capturing the step")
-                })
-                .collect();
-            let graph_ms = time_batch_ms(gpu, stream, 5, copies, || {
-                for graph in graphs.iter_mut() {
-                    graph.replay().expect("graph replay");
-                }
-            });
-            let bytes = config.min_bytes(tokens, 2) as f64;
-            let per_token_us = graph_ms * 1e3 / tokens as f64;
-            println!(
-                "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11.1} {:>7.1}x   kernels: {}",
-                format!("decode/bf16/B={batch}/T={tokens}"),
-                eager_ms * 1e3,
-                graph_ms * 1e3,
-                per_token_us,
-                bytes / 1e6,
-                100.0 * bytes / (graph_ms * 1e-3) / HBM_BYTES_PER_S,
-                upstream,
-                upstream / per_token_us,
-                config.dispatch_paths::<bf16>().join(",")
-            );
+            }
+            for pinned in paths {
+                let path = pinned.unwrap_or(auto);
+                let mut states: Vec<DecodeState<bf16>> = (0..copies)
+                    .map(|_| {
+                        let mut state =
+                            DecodeState::new(stream, config).expect("allocating states");
+                        state.pin_path(pinned);
+                        state
+                    })
+                    .collect();
+                let mut outs: Vec<CudaSlice<bf16>> = (0..copies)
+                    .map(|_| {
+                        stream
+                            .alloc_zeros(config.output_len(tokens))
+                            .expect("allocating outputs")
+                    })
+                    .collect();
+                let eager_ms = time_batch_ms(gpu, stream, 5, copies, || {
+                    for (state, out) in states.iter_mut().zip(outs.iter_mut()) {
+                        decode::step_tokens(gpu, stream, state, &weights, &inputs, tokens, out)
+                            .expect("decode launch");
+                    }
+                });
+                drop(outs);
+                let mut graphs: Vec<DecodeGraph<bf16>> = states
+                    .into_iter()
+                    .map(|state| {
+                        DecodeGraph::capture(gpu, stream, state, &weights, tokens)
+                            .expect("capturing the step")
+                    })
+                    .collect();
+                let graph_ms = time_batch_ms(gpu, stream, 5, copies, || {
+                    for graph in graphs.iter_mut() {
+                        graph.replay().expect("graph replay");
+                    }
+                });
+                let bytes = config.min_bytes(tokens, 2) as f64;
+                let per_token_us = graph_ms * 1e3 / tokens as f64;
+                let kernel = path.kernel::<bf16>(r).map_or("?", |k| k.symbol());
+                println!(
+                    "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11.1} {:>7.1}x   kernels: {kernel} {path:?}{}",
+                    format!("decode/bf16/B={batch}/T={tokens}"),
+                    eager_ms * 1e3,
+                    graph_ms * 1e3,
+                    per_token_us,
+                    bytes / 1e6,
+                    100.0 * bytes / (graph_ms * 1e-3) / HBM_BYTES_PER_S,
+                    upstream,
+                    upstream / per_token_us,
+                    if pinned.is_some() { " (pinned)" } else { "" }
+                );
+            }
         }
     }
 }

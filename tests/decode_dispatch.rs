@@ -26,16 +26,19 @@ fn reference(batch: usize) -> DecodeConfig {
 #[test]
 fn small_batches_run_the_register_resident_kernel() {
     assert_eq!(
-        reference(1).dispatch_paths::<half::bf16>(),
+        reference(1).dispatch_paths::<half::bf16>(2),
         ["decode_rows_bf16_r4"]
     );
-    assert_eq!(reference(2).dispatch_paths::<f32>(), ["decode_rows_f32_r4"]);
+    assert_eq!(
+        reference(2).dispatch_paths::<f32>(2),
+        ["decode_rows_f32_r4"]
+    );
     assert_eq!(REGISTER_RESIDENT_MAX_SEQUENCE_HEADS, 128);
     assert_eq!(
-        reference(3).dispatch_paths::<half::bf16>(),
+        reference(3).dispatch_paths::<half::bf16>(2),
         ["decode_bf16_r4"]
     );
-    assert_eq!(reference(256).dispatch_paths::<f32>(), ["decode_f32_r4"]);
+    assert_eq!(reference(256).dispatch_paths::<f32>(2), ["decode_f32_r4"]);
     // Outside its geometry: N not a multiple of 4, N above 128, fused norm over more than 32 rows.
     for c in [
         DecodeConfig {
@@ -53,7 +56,7 @@ fn small_batches_run_the_register_resident_kernel() {
         },
     ] {
         assert!(!c.register_resident(), "{c:?}");
-        assert_eq!(c.dispatch_paths::<half::bf16>(), ["decode_bf16_r4"]);
+        assert_eq!(c.dispatch_paths::<half::bf16>(2), ["decode_bf16_r4"]);
         let (r, n, p, na) = (
             c.rank as u32,
             c.state_dim as u32,
@@ -93,4 +96,87 @@ fn rows_spread_over_the_sms_at_small_batch() {
         c.shared_memory_bytes(),
         DecodeRowsSmem::new(4, 128, 32, 32).bytes() as usize
     );
+}
+
+#[test]
+fn one_token_at_many_sequence_heads_streams() {
+    use mamba3::decode::DecodePath;
+    // Above 128 sequence-heads a one-token call streams; several tokens keep the shared tile.
+    assert_eq!(
+        reference(3).dispatch_paths::<f32>(1),
+        ["decode_stream_f32_r4"]
+    );
+    assert_eq!(
+        reference(256).dispatch_paths::<f32>(1),
+        ["decode_stream_f32_r4"]
+    );
+    assert_eq!(reference(256).dispatch_paths::<f32>(8), ["decode_f32_r4"]);
+    // Few sequence-heads stay on the register-resident kernel whatever T.
+    assert_eq!(
+        reference(2).dispatch_paths::<half::bf16>(1),
+        ["decode_rows_bf16_r4"]
+    );
+    // Batch 256 on 132 SMs: 16384 warps of all 64 rows already exceed 16 per SM.
+    assert_eq!(
+        reference(256).path(1, 132),
+        DecodePath::Streaming { rows_per_warp: 64 }
+    );
+    // Batch 4 (256 sequence-heads): 64 → 32 → 16 → 8 rows give 256 … 2048 warps, under
+    // 16·132 = 2112; 4 rows (4096 warps) is the floor.
+    assert_eq!(
+        reference(4).path(1, 132),
+        DecodePath::Streaming { rows_per_warp: 4 }
+    );
+    // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps, 32 rows 4096.
+    assert_eq!(
+        reference(32).path(1, 132),
+        DecodePath::Streaming { rows_per_warp: 32 }
+    );
+    // Fused norm, N above 128 or N not a multiple of 4: not streamable.
+    for c in [
+        DecodeConfig {
+            mode: OutputMode::FusedNorm,
+            ..reference(256)
+        },
+        DecodeConfig {
+            state_dim: 256,
+            ..reference(256)
+        },
+        DecodeConfig {
+            state_dim: 126,
+            num_angles: 16,
+            ..reference(256)
+        },
+    ] {
+        assert!(!c.streamable(1), "{c:?}");
+        assert_eq!(c.path(1, 132), DecodePath::SharedTile, "{c:?}");
+    }
+}
+
+#[test]
+fn pinned_paths_are_checked_against_the_call() {
+    use mamba3::decode::DecodePath;
+    let c = reference(256);
+    let stream = DecodePath::Streaming { rows_per_warp: 64 };
+    assert!(c.check_path(stream, 1).is_ok());
+    for (path, tokens) in [
+        (stream, 2),
+        (DecodePath::Streaming { rows_per_warp: 0 }, 1),
+        (DecodePath::RegisterResident { rows_per_warp: 0 }, 1),
+        (DecodePath::RegisterResident { rows_per_warp: 5 }, 1),
+    ] {
+        let err = c.check_path(path, tokens).unwrap_err().to_string();
+        assert!(err.contains("path"), "{path:?} T={tokens}: {err}");
+    }
+    assert!(c
+        .check_path(DecodePath::RegisterResident { rows_per_warp: 4 }, 8)
+        .is_ok());
+    assert!(c.check_path(DecodePath::SharedTile, 8).is_ok());
+    let norm = DecodeConfig {
+        mode: OutputMode::FusedNorm,
+        ..reference(1)
+    };
+    assert!(norm
+        .check_path(DecodePath::RegisterResident { rows_per_warp: 4 }, 1)
+        .is_err());
 }

@@ -16,7 +16,10 @@ mod emulation;
 use mamba3::golden::{
     self, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
-use mamba3_abi::{DecodeParams, DecodeRowsSmem, DecodeSmem, DECODE_ROWS_WARPS, DECODE_WARPS};
+use mamba3_abi::{
+    DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem, DECODE_ROWS_WARPS,
+    DECODE_STREAM_WARPS, DECODE_WARPS,
+};
 
 use common::{angle_rel_err, quantize, rel_err, round_act, round_f32};
 use emulation::{arch, elem, math, smem, warp_reduce, Memory};
@@ -32,6 +35,11 @@ mod decode;
 #[allow(clippy::all)]
 #[path = "../kernels/src/decode_rows.rs"]
 mod decode_rows;
+
+#[rustfmt::skip]
+#[allow(clippy::all)]
+#[path = "../kernels/src/decode_stream.rs"]
+mod decode_stream;
 
 /// Tokens of the golden prefix that produces the starting state.
 const PREFIX: usize = 2;
@@ -97,6 +105,8 @@ enum Kernel {
     Shared,
     /// `decode_rows.rs` with this many rows per warp (rows of a (b, h) split over blocks).
     Rows(u32),
+    /// `decode_stream.rs` with this many rows per warp (rows of a (b, h) split over warps).
+    Stream(u32),
 }
 
 /// Runs the emulated kernel over the `T` tokens of `call` from `state` (both already quantized);
@@ -137,7 +147,7 @@ fn run_emulated(
     let arrivals = mem.put(&vec![0u8; 4 * g.batch * g.heads], "arrivals");
     let rows_per_warp = match kernel {
         Kernel::Shared => 0,
-        Kernel::Rows(rows) => rows,
+        Kernel::Rows(rows) | Kernel::Stream(rows) => rows,
     };
 
     let params = DecodeParams {
@@ -208,6 +218,7 @@ fn run_emulated(
                 }
             },
         ),
+        Kernel::Stream(_) => {}
         Kernel::Rows(rows) => {
             let block_rows = DECODE_ROWS_WARPS * rows;
             emulation::run_grid(
@@ -239,6 +250,36 @@ fn run_emulated(
                 "arrival counters left non-zero: {counters:?}"
             );
         }
+    }
+    if let Kernel::Stream(rows) = kernel {
+        let warps = (g.batch * g.heads) as u32 * p.div_ceil(rows);
+        emulation::run_grid(
+            (warps.div_ceil(DECODE_STREAM_WARPS), 1),
+            32 * DECODE_STREAM_WARPS as usize,
+            DecodeStreamSmem::new(r).block_bytes() as usize / 4,
+            &mem.buffers,
+            // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
+            || unsafe {
+                match (bf16, g.rank) {
+                    (false, 1) => decode_stream::decode_stream::<f32, 1>(&params),
+                    (false, 2) => decode_stream::decode_stream::<f32, 2>(&params),
+                    (false, 4) => decode_stream::decode_stream::<f32, 4>(&params),
+                    (false, 8) => decode_stream::decode_stream::<f32, 8>(&params),
+                    (true, 1) => decode_stream::decode_stream::<elem::Bf16, 1>(&params),
+                    (true, 2) => decode_stream::decode_stream::<elem::Bf16, 2>(&params),
+                    (true, 4) => decode_stream::decode_stream::<elem::Bf16, 4>(&params),
+                    (true, 8) => decode_stream::decode_stream::<elem::Bf16, 8>(&params),
+                    _ => panic!("unsupported rank"),
+                }
+            },
+        );
+        // SAFETY: `arrivals` is a buffer of `mem` holding B·H u32.
+        let counters =
+            unsafe { std::slice::from_raw_parts(arrivals as *const u32, g.batch * g.heads) };
+        assert!(
+            counters.iter().all(|&c| c == 0),
+            "arrival counters left non-zero: {counters:?}"
+        );
     }
     let final_state = FinalStates {
         theta: mem.get_f32(theta, state.theta.len()),
@@ -457,6 +498,82 @@ fn emulated_register_resident_decode_matches_golden_step() {
     run(Case { bf16: true, ..gqa }, 2, 601);
     eprintln!(
         "emulated register-resident decode: worst error f32 {:.2e}, bf16 {:.2e} over {} cases",
+        worst[0],
+        worst[1],
+        cases.len() + 2
+    );
+}
+
+#[test]
+fn emulated_streaming_decode_matches_golden_step() {
+    use OutputMode::*;
+    use Rotation::*;
+    // One token, N a multiple of 4 up to 128, gated and prereduce modes. Rows per warp: all of
+    // P (one warp per (b, h), groups of 32 rows with a partial last one), and fewer (the rows of
+    // a (b, h) split over warps of one or several blocks: arrival counters, one θ/k write-back).
+    // P below the ring depth, N = 128 (every lane active), R = 8 (both weight quads).
+    let cases = [
+        (case(1, 8, 8, 4, 1, HalfSplit, Gated, true, true, false), 8),
+        (case(1, 8, 8, 4, 1, HalfSplit, Gated, true, true, false), 3),
+        (
+            case(2, 12, 70, 3, 1, HalfSplit, Gated, true, true, false),
+            70,
+        ),
+        (
+            case(2, 12, 70, 3, 1, HalfSplit, Gated, true, true, false),
+            16,
+        ),
+        (
+            case(4, 16, 72, 0, 1, HalfSplit, Prereduce, false, true, false),
+            72,
+        ),
+        (
+            case(4, 16, 72, 8, 1, Pairwise, Prereduce, true, false, false),
+            5,
+        ),
+        (case(8, 8, 3, 2, 1, Pairwise, Gated, false, false, false), 3),
+        (
+            case(4, 128, 40, 32, 1, HalfSplit, Gated, true, true, false),
+            40,
+        ),
+        (
+            case(4, 128, 40, 17, 1, Pairwise, Gated, true, true, false),
+            7,
+        ),
+        (case(4, 8, 28, 4, 1, Pairwise, Gated, true, true, true), 28),
+        (
+            case(1, 16, 20, 0, 1, HalfSplit, Prereduce, false, true, true),
+            6,
+        ),
+        (
+            case(2, 8, 130, 2, 1, Pairwise, Gated, true, true, true),
+            130,
+        ),
+        (
+            case(8, 128, 33, 16, 1, HalfSplit, Gated, true, true, true),
+            33,
+        ),
+        (
+            case(8, 64, 24, 9, 1, HalfSplit, Prereduce, true, true, true),
+            4,
+        ),
+    ];
+    let mut worst = [0.0f64; 2];
+    let mut run = |c: Case, rows: u32, seed: u64| {
+        let e = check(c, seed, Kernel::Stream(rows));
+        let w = &mut worst[c.bf16 as usize];
+        *w = w.max(e.worst());
+    };
+    for (i, &(c, rows)) in cases.iter().enumerate() {
+        run(c, rows, 700 + i as u64);
+    }
+    // GQA with two heads per group, rows split over three warps.
+    let mut gqa = case(2, 8, 36, 2, 1, Pairwise, Gated, true, true, false);
+    gqa.heads = 4;
+    run(gqa, 13, 800);
+    run(Case { bf16: true, ..gqa }, 13, 801);
+    eprintln!(
+        "emulated streaming decode: worst error f32 {:.2e}, bf16 {:.2e} over {} cases",
         worst[0],
         worst[1],
         cases.len() + 2

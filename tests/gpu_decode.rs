@@ -11,7 +11,8 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::cuda::{CudaSlice, CudaStream};
 use mamba3::decode::{
-    self, DecodeConfig, DecodeGraph, DecodeInputs, DecodeState, DecodeWeights, HostDecodeState,
+    self, DecodeConfig, DecodeGraph, DecodeInputs, DecodePath, DecodeState, DecodeWeights,
+    HostDecodeState,
 };
 use mamba3::forward::forward_alloc;
 use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOptions};
@@ -67,6 +68,8 @@ struct Case {
     mode: OutputMode,
     has_z: bool,
     has_d: bool,
+    /// The kernel the call is pinned to (`None`: the automatic choice).
+    path: Option<DecodePath>,
 }
 
 impl Case {
@@ -177,6 +180,7 @@ fn run_case<X: Activation>(gpu: &Gpu, stream: &Arc<CudaStream>, case: Case, seed
     let dev = DeviceInputs::<X>::upload_with(stream, &call, up_f32_nonempty);
     let config = case.config(call.norm.as_ref().map_or(1e-5, |n| n.eps));
     let mut gpu_state = DecodeState::from_host(stream, config, &host_state::<X>(&state)).unwrap();
+    gpu_state.pin_path(case.path);
     let mut out = stream
         .alloc_zeros::<X>(config.output_len(case.tokens))
         .unwrap();
@@ -257,6 +261,7 @@ const REFERENCE: Case = Case {
     mode: OutputMode::Gated,
     has_z: true,
     has_d: true,
+    path: None,
 };
 
 #[test]
@@ -290,6 +295,47 @@ fn decode_matches_golden_on_the_reference_geometry() {
     }
     eprintln!(
         "decode H=64 P=64 N=128 R=4: worst f32 {:?}, worst bf16 {:?}",
+        worst[0], worst[1]
+    );
+}
+
+#[test]
+fn streaming_decode_matches_golden_on_the_reference_geometry() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    let mut worst = [Errors::default(); 2];
+    // Batch 3 (192 sequence-heads) streams by default; pinned row splits: one warp per (b, h),
+    // two, and sixteen warps per (b, h) (arrival counters).
+    let paths = [
+        None,
+        Some(DecodePath::Streaming { rows_per_warp: 64 }),
+        Some(DecodePath::Streaming { rows_per_warp: 32 }),
+        Some(DecodePath::Streaming { rows_per_warp: 4 }),
+    ];
+    for (i, path) in paths.into_iter().enumerate() {
+        for mode in [OutputMode::Gated, OutputMode::Prereduce] {
+            for rotation in [Rotation::HalfSplit, Rotation::Pairwise] {
+                let case = Case {
+                    batch: 3,
+                    mode,
+                    rotation,
+                    path,
+                    ..REFERENCE
+                };
+                let seed = 200 + i as u64;
+                for (slot, e) in [
+                    (0, check::<f32>(&gpu, &stream, case, seed)),
+                    (1, check::<bf16>(&gpu, &stream, case, seed)),
+                ] {
+                    worst[slot].out = worst[slot].out.max(e.out);
+                    worst[slot].ssm = worst[slot].ssm.max(e.ssm);
+                    worst[slot].k = worst[slot].k.max(e.k);
+                }
+            }
+        }
+    }
+    eprintln!(
+        "streaming decode H=64 P=64 N=128 R=4 B=3: worst f32 {:?}, worst bf16 {:?}",
         worst[0], worst[1]
     );
 }
@@ -350,13 +396,48 @@ fn arb_case() -> impl Strategy<Value = Case> {
                     mode,
                     has_z: has_z || mode == OutputMode::FusedNorm,
                     has_d,
+                    path: None,
                 }
             },
         )
 }
 
+/// A random one-token geometry the streaming kernel covers (N a multiple of 4 up to 128, gated
+/// or prereduce), pinned to it with a random row split.
+fn arb_streaming_case() -> impl Strategy<Value = Case> {
+    (arb_case(), 1usize..=32, 1usize..=72).prop_map(|(case, quads, rows)| {
+        let n = 4 * quads;
+        let mode = if case.mode == OutputMode::FusedNorm {
+            OutputMode::Gated
+        } else {
+            case.mode
+        };
+        Case {
+            n,
+            na: case.na.min(n / 2),
+            tokens: 1,
+            mode,
+            path: Some(DecodePath::Streaming {
+                rows_per_warp: rows.min(case.p) as u32,
+            }),
+            ..case
+        }
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: proptest_cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn streaming_decode_matches_golden_over_random_geometries(case in arb_streaming_case(), bf16_dtype in any::<bool>(), seed in 0u64..1000) {
+        let Some(gpu) = common::gpu() else { return Ok(()) };
+        let stream = gpu.context().new_stream().unwrap();
+        if bf16_dtype {
+            check::<bf16>(&gpu, &stream, case, seed);
+        } else {
+            check::<f32>(&gpu, &stream, case, seed);
+        }
+    }
 
     #[test]
     fn decode_matches_golden_over_random_geometries(case in arb_case(), bf16_dtype in any::<bool>(), seed in 0u64..1000) {
@@ -494,7 +575,8 @@ fn graph_replay_is_bitwise_equal_to_eager() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
     // Batch 1 runs the register-resident kernel (rows split over blocks: the arrival counters
-    // must be back at zero for every replay), batch 4 the shared-memory kernel.
+    // must be back at zero for every replay), batch 4 the streaming kernel at one token (rows
+    // split over warps, counters again) and the shared-memory kernel at four.
     for (batch, tokens) in [(1, 1), (1, 4), (4, 1), (4, 4)] {
         let case = Case {
             batch,
@@ -572,7 +654,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         assert_eq!(from_graph, from_eager, "graph state differs from eager");
         eprintln!(
             "graph replay B={batch} T={tokens} ({}): 3 replays bitwise equal to eager",
-            config.dispatch_paths::<bf16>().join(",")
+            config.dispatch_paths::<bf16>(tokens).join(",")
         );
     }
 }

@@ -125,6 +125,75 @@ pub const fn decode_rows_max_per_warp(rank: u32) -> u32 {
 /// 16-byte quad per lane.
 pub const DECODE_ROWS_MAX_N: u32 = 128;
 
+/// Warps per block of the streaming decode kernel (`decode_stream_*`); each warp works alone.
+pub const DECODE_STREAM_WARPS: u32 = 4;
+
+/// State rows one warp of the streaming decode kernel keeps in flight (copied into shared memory
+/// ahead of the row being updated).
+pub const DECODE_STREAM_DEPTH: u32 = 8;
+
+/// Largest state size `N` of the streaming decode kernel: a warp covers a row with one 16-byte
+/// quad per lane.
+pub const DECODE_STREAM_MAX_N: u32 = 128;
+
+/// Shared-memory regions of one warp of the streaming decode kernel, offsets in f32 elements from
+/// the warp's own region (each region 16-byte aligned); a block holds [`DECODE_STREAM_WARPS`] of
+/// them back to back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeStreamSmem {
+    /// Per-row weights `β·v_prev·mimo_v` (R) then `γ·v·mimo_v` (R) of a group of 32 rows, rows
+    /// [`decode_rows_weight_stride`] apart.
+    pub weights: u32,
+    /// Per-rank read-outs of the group's rows `(R,32)`.
+    pub y: u32,
+    /// One word: non-zero when this warp writes θ and k back.
+    pub owner: u32,
+    /// Rotated q of the warp's lanes `(R,32,4)`: lane `l` holds its quad of columns of each rank.
+    pub q_rot: u32,
+    /// Rotated k of the current token, same layout.
+    pub k_rot: u32,
+    /// Rotated k of the previous token (the state's k̂_prev), same layout.
+    pub k_prev: u32,
+    /// New angles of the lanes' columns `(32,4)`, written back by the owner at the end.
+    pub theta: u32,
+    /// The lanes' copies of the next [`DECODE_STREAM_DEPTH`] state rows
+    /// `(DEPTH,32,4)`, filled by `cp.async`.
+    pub ring: u32,
+    /// Size of one warp's region in f32 elements.
+    pub total: u32,
+}
+
+impl DecodeStreamSmem {
+    /// The per-warp layout for rank `r`.
+    pub const fn new(r: u32) -> Self {
+        let weights = 0;
+        let y = weights + 32 * decode_rows_weight_stride(r);
+        let owner = y + 32 * r;
+        let q_rot = owner + 4;
+        let k_rot = q_rot + 128 * r;
+        let k_prev = k_rot + 128 * r;
+        let theta = k_prev + 128 * r;
+        let ring = theta + 128;
+        let total = ring + DECODE_STREAM_DEPTH * 128;
+        DecodeStreamSmem {
+            weights,
+            y,
+            owner,
+            q_rot,
+            k_rot,
+            k_prev,
+            theta,
+            ring,
+            total,
+        }
+    }
+
+    /// Bytes of dynamic shared memory of one block.
+    pub const fn block_bytes(&self) -> u32 {
+        4 * self.total * DECODE_STREAM_WARPS
+    }
+}
+
 /// Shared-memory regions of the register-resident decode kernel for a block of `rows` state rows,
 /// offsets in f32 elements (each region 16-byte aligned).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,6 +407,24 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         prefix: "decode_rows_",
         max_threads: 32 * DECODE_ROWS_WARPS,
         min_blocks_per_sm: 2,
+    },
+    // The streaming decode: each warp keeps eight rows in flight (in shared memory); four
+    // blocks of four warps per SM (≤ 128 registers) keep 64 KB outstanding to cover HBM latency;
+    // rank 8 holds twice the per-lane vectors and gets two (≤ 255).
+    LaunchBounds {
+        prefix: "decode_stream_f32_r8",
+        max_threads: 32 * DECODE_STREAM_WARPS,
+        min_blocks_per_sm: 2,
+    },
+    LaunchBounds {
+        prefix: "decode_stream_bf16_r8",
+        max_threads: 32 * DECODE_STREAM_WARPS,
+        min_blocks_per_sm: 2,
+    },
+    LaunchBounds {
+        prefix: "decode_stream_",
+        max_threads: 32 * DECODE_STREAM_WARPS,
+        min_blocks_per_sm: 4,
     },
     // Decode at one token is bound by each block's chain of dependent loads, so throughput comes
     // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs three (≤ 168).

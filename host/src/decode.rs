@@ -18,8 +18,8 @@ use cudarc::driver::{
     CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    decode_rows_max_per_warp, DecodeParams, DecodeRowsSmem, DecodeSmem, DECODE_ROWS_MAX_N,
-    DECODE_ROWS_WARPS, DECODE_WARPS,
+    decode_rows_max_per_warp, DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem,
+    DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS, DECODE_STREAM_MAX_N, DECODE_STREAM_WARPS, DECODE_WARPS,
 };
 
 use crate::config::{Activation, OutputMode, Rotation};
@@ -35,6 +35,53 @@ use crate::kernel::Kernel;
 /// shared-memory kernel is faster (24.8 against 34.8 at T = 1). Up to 128 sequence-heads the
 /// shared-memory grid is at most one block per SM, so the split rows still win there.
 pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
+
+/// Warps per SM the streaming kernel's row split aims for: below it a warp's rows are halved
+/// (down to [`STREAMING_MIN_ROWS_PER_WARP`]) so that few sequence-heads still fill the GPU.
+pub const STREAMING_WARPS_PER_SM: usize = 16;
+
+/// Fewest state rows a warp of the streaming kernel is given (each warp forms q̂ and k̂ of its
+/// columns itself, so very short row ranges would repeat that work for little state).
+pub const STREAMING_MIN_ROWS_PER_WARP: usize = 4;
+
+/// The kernel family that runs a decode call, with its row split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodePath {
+    /// `decode_*`: a block per (b, h), the state tile in shared memory; every geometry, T ≥ 1.
+    SharedTile,
+    /// `decode_rows_*`: the rows of a (b, h) in registers, split over blocks of
+    /// [`DECODE_ROWS_WARPS`] warps holding `rows_per_warp` rows each; T ≥ 1.
+    RegisterResident {
+        /// State rows per warp, 1 ..= 4.
+        rows_per_warp: u32,
+    },
+    /// `decode_stream_*`: one token; every warp streams `rows_per_warp` rows of one (b, h)
+    /// through registers on its own.
+    Streaming {
+        /// State rows per warp, ≥ 1.
+        rows_per_warp: u32,
+    },
+}
+
+impl DecodePath {
+    /// The entry point this path launches for activation type `X` and `rank`, if instantiated.
+    pub fn kernel<X: Activation>(&self, rank: usize) -> Option<Kernel> {
+        match self {
+            DecodePath::SharedTile => Kernel::decode(X::DTYPE, rank),
+            DecodePath::RegisterResident { .. } => Kernel::decode_rows(X::DTYPE, rank),
+            DecodePath::Streaming { .. } => Kernel::decode_stream(X::DTYPE, rank),
+        }
+    }
+
+    /// State rows per warp (0 for the shared-tile kernel, which takes none).
+    pub fn rows_per_warp(&self) -> u32 {
+        match *self {
+            DecodePath::SharedTile => 0,
+            DecodePath::RegisterResident { rows_per_warp }
+            | DecodePath::Streaming { rows_per_warp } => rows_per_warp,
+        }
+    }
+}
 
 /// Shapes and options of a decode: everything except the tensors.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,6 +190,105 @@ impl DecodeConfig {
             && (self.mode != OutputMode::FusedNorm || self.head_dim <= rows_max)
     }
 
+    /// Whether the streaming kernel (`decode_stream_*`) can run a call over `tokens` tokens: one
+    /// token, `N` a multiple of 4 up to 128, gated or prereduce output.
+    pub fn streamable(&self, tokens: usize) -> bool {
+        tokens == 1
+            && self.state_dim.is_multiple_of(4)
+            && self.state_dim <= DECODE_STREAM_MAX_N as usize
+            && self.mode != OutputMode::FusedNorm
+    }
+
+    /// State rows per warp of the streaming kernel on a GPU of `sm_count` SMs: all of P (one warp
+    /// per (b, h)) when B·H warps reach [`STREAMING_WARPS_PER_SM`] per SM, else halved until they
+    /// do or a warp is down to [`STREAMING_MIN_ROWS_PER_WARP`] rows.
+    pub fn streaming_rows_per_warp(&self, sm_count: usize) -> u32 {
+        let target = STREAMING_WARPS_PER_SM * sm_count;
+        let warps = |rows: usize| self.batch * self.heads * self.head_dim.div_ceil(rows);
+        let mut rows = self.head_dim;
+        while rows > STREAMING_MIN_ROWS_PER_WARP && warps(rows) < target {
+            rows = rows.div_ceil(2).max(STREAMING_MIN_ROWS_PER_WARP);
+        }
+        rows as u32
+    }
+
+    /// The kernel a call over `tokens` tokens runs on a GPU of `sm_count` SMs: above
+    /// [`REGISTER_RESIDENT_MAX_SEQUENCE_HEADS`] sequence-heads a one-token call streams (where
+    /// [`DecodeConfig::streamable`]); few sequence-heads run the register-resident kernel (see
+    /// [`DecodeConfig::register_resident`]); the shared-tile kernel runs the rest.
+    pub fn path(&self, tokens: usize, sm_count: usize) -> DecodePath {
+        let many = self.batch * self.heads > REGISTER_RESIDENT_MAX_SEQUENCE_HEADS;
+        if many && self.streamable(tokens) {
+            DecodePath::Streaming {
+                rows_per_warp: self.streaming_rows_per_warp(sm_count),
+            }
+        } else if self.register_resident() {
+            DecodePath::RegisterResident {
+                rows_per_warp: self.rows_per_warp(sm_count),
+            }
+        } else {
+            DecodePath::SharedTile
+        }
+    }
+
+    /// Checks that `path` can run a call over `tokens` tokens with this geometry; the error names
+    /// the path and the rule.
+    pub fn check_path(&self, path: DecodePath, tokens: usize) -> Result<()> {
+        match path {
+            DecodePath::SharedTile => Ok(()),
+            DecodePath::RegisterResident { rows_per_warp } => {
+                let max = self.max_rows_per_warp();
+                let rows_max = (DECODE_ROWS_WARPS * max) as usize;
+                if !(1..=max).contains(&rows_per_warp) {
+                    Err(Error::invalid(
+                        "path",
+                        format!("{path:?}"),
+                        format!("rows_per_warp must be 1 ..= {max}"),
+                    ))
+                } else if !self.state_dim.is_multiple_of(4)
+                    || self.state_dim > DECODE_ROWS_MAX_N as usize
+                {
+                    Err(Error::invalid(
+                        "path",
+                        format!("{path:?}"),
+                        format!("needs N a multiple of 4 up to {DECODE_ROWS_MAX_N}"),
+                    ))
+                } else if self.mode == OutputMode::FusedNorm
+                    && (self.head_dim > rows_max
+                        || self.head_dim > (DECODE_ROWS_WARPS * rows_per_warp) as usize)
+                {
+                    Err(Error::invalid(
+                        "path",
+                        format!("{path:?}"),
+                        "fused-norm mode needs all of P in one block",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            DecodePath::Streaming { rows_per_warp } => {
+                if rows_per_warp == 0 {
+                    Err(Error::invalid(
+                        "path",
+                        format!("{path:?}"),
+                        "rows_per_warp must be at least 1",
+                    ))
+                } else if !self.streamable(tokens) {
+                    Err(Error::invalid(
+                        "path",
+                        format!("{path:?}"),
+                        format!(
+                            "needs one token, N a multiple of 4 up to {DECODE_STREAM_MAX_N} and \
+                             gated or prereduce output"
+                        ),
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
     fn max_rows_per_warp(&self) -> u32 {
         decode_rows_max_per_warp(self.rank as u32)
     }
@@ -166,8 +312,10 @@ impl DecodeConfig {
         rows as u32
     }
 
-    /// Shared memory of one block, in bytes: for the register-resident kernel, its largest block
-    /// (all of P in one block; blocks of a split batch hold fewer rows).
+    /// Shared memory of one block of the kernel a multi-token call runs, in bytes: for the
+    /// register-resident kernel, its largest block (all of P in one block; blocks of a split
+    /// batch hold fewer rows). The streaming kernel (one token) needs only
+    /// `DecodeStreamSmem::new(R).block_bytes()`, a few KB.
     pub fn shared_memory_bytes(&self) -> usize {
         let (r, n) = (self.rank as u32, self.state_dim as u32);
         let (p, na) = (self.head_dim as u32, self.num_angles as u32);
@@ -179,14 +327,13 @@ impl DecodeConfig {
         }
     }
 
-    /// The kernels a call with activation type `X` launches, by symbol.
-    pub fn dispatch_paths<X: Activation>(&self) -> Vec<&'static str> {
-        let kernel = if self.register_resident() {
-            Kernel::decode_rows(X::DTYPE, self.rank)
-        } else {
-            Kernel::decode(X::DTYPE, self.rank)
-        };
-        kernel.map(|k| vec![k.symbol()]).unwrap_or_default()
+    /// The kernels a call over `tokens` tokens with activation type `X` launches, by symbol
+    /// (the choice does not depend on the SM count, only the row split does).
+    pub fn dispatch_paths<X: Activation>(&self, tokens: usize) -> Vec<&'static str> {
+        self.path(tokens, 1)
+            .kernel::<X>(self.rank)
+            .map(|k| vec![k.symbol()])
+            .unwrap_or_default()
     }
 
     /// Elements of the output for `tokens` tokens: (B,T,H,P), or (B,T,R,H,P) in prereduce mode.
@@ -274,9 +421,10 @@ pub struct DecodeState<X: Activation> {
     pub k: CudaSlice<X>,
     /// Previous raw v (B,H,P).
     pub v: CudaSlice<X>,
-    /// Per-(b, h) arrival counters (B,H) of the register-resident kernel's split rows; zero
-    /// between launches.
+    /// Per-(b, h) arrival counters (B,H) of the split kernels' rows; zero between launches.
     arrivals: CudaSlice<u32>,
+    /// The kernel every call runs, when pinned by [`DecodeState::pin_path`].
+    pinned: Option<DecodePath>,
 }
 
 /// Host copy of a [`DecodeState`] (same layouts), e.g. the forward's final states.
@@ -329,6 +477,7 @@ impl<X: Activation> DecodeState<X> {
             arrivals: stream
                 .alloc_zeros(config.batch * config.heads)
                 .map_err(alloc())?,
+            pinned: None,
         })
     }
 
@@ -363,6 +512,7 @@ impl<X: Activation> DecodeState<X> {
             arrivals: stream
                 .alloc_zeros(config.batch * config.heads)
                 .map_err(copy())?,
+            pinned: None,
         })
     }
 
@@ -394,6 +544,7 @@ impl<X: Activation> DecodeState<X> {
             arrivals: stream
                 .alloc_zeros(config.batch * config.heads)
                 .map_err(copy())?,
+            pinned: None,
         })
     }
 
@@ -413,6 +564,13 @@ impl<X: Activation> DecodeState<X> {
     /// The configuration the state was made for.
     pub fn config(&self) -> &DecodeConfig {
         &self.config
+    }
+
+    /// Pins the kernel every later call on this state runs (`None`: the automatic choice of
+    /// [`DecodeConfig::path`]), e.g. to compare kernels; a call its path cannot run returns an
+    /// error naming the path and the rule.
+    pub fn pin_path(&mut self, path: Option<DecodePath>) {
+        self.pinned = path;
     }
 
     /// Zeroes the state of the chosen batch rows (continuous batching: a finished sequence's slot
@@ -604,18 +762,14 @@ pub fn step_tokens<X: Activation>(
 ) -> Result<()> {
     let c = state.config;
     validate_call(&c, weights, inputs, tokens, out.len())?;
-    let resident = c.register_resident();
-    let kernel = if resident {
-        Kernel::decode_rows(X::DTYPE, c.rank)
-    } else {
-        Kernel::decode(X::DTYPE, c.rank)
-    }
-    .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
-    let rows_per_warp = if resident {
-        c.rows_per_warp(gpu.sm_count())
-    } else {
-        0
-    };
+    let path = state
+        .pinned
+        .unwrap_or_else(|| c.path(tokens, gpu.sm_count()));
+    c.check_path(path, tokens)?;
+    let kernel = path
+        .kernel::<X>(c.rank)
+        .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
+    let rows_per_warp = path.rows_per_warp();
     let mut ptrs = Pointers {
         stream,
         guards: Vec::with_capacity(21),
@@ -654,32 +808,40 @@ pub fn step_tokens<X: Activation>(
         norm_eps: c.norm_eps,
         rows_per_warp,
     };
-    let cfg = if resident {
-        let block_rows = DECODE_ROWS_WARPS * rows_per_warp;
-        let (r, n) = (c.rank as u32, c.state_dim as u32);
-        LaunchConfig {
-            grid_dim: (
-                c.heads as u32 * (c.head_dim as u32).div_ceil(block_rows),
-                c.batch as u32,
-                1,
-            ),
-            block_dim: (32 * DECODE_ROWS_WARPS, 1, 1),
-            shared_mem_bytes: DecodeRowsSmem::new(r, n, block_rows, c.num_angles as u32).bytes(),
-        }
-    } else {
-        LaunchConfig {
+    let (r, n, p) = (c.rank as u32, c.state_dim as u32, c.head_dim as u32);
+    let cfg = match path {
+        DecodePath::SharedTile => LaunchConfig {
             grid_dim: (c.heads as u32, c.batch as u32, 1),
             block_dim: (32 * DECODE_WARPS, 1, 1),
-            shared_mem_bytes: c.shared_memory_bytes() as u32,
+            shared_mem_bytes: DecodeSmem::new(r, n, p, c.num_angles as u32).bytes(),
+        },
+        DecodePath::RegisterResident { rows_per_warp } => {
+            let block_rows = DECODE_ROWS_WARPS * rows_per_warp;
+            LaunchConfig {
+                grid_dim: (c.heads as u32 * p.div_ceil(block_rows), c.batch as u32, 1),
+                block_dim: (32 * DECODE_ROWS_WARPS, 1, 1),
+                shared_mem_bytes: DecodeRowsSmem::new(r, n, block_rows, c.num_angles as u32)
+                    .bytes(),
+            }
+        }
+        DecodePath::Streaming { rows_per_warp } => {
+            let warps = (c.batch * c.heads) as u32 * p.div_ceil(rows_per_warp);
+            LaunchConfig {
+                grid_dim: (warps.div_ceil(DECODE_STREAM_WARPS), 1, 1),
+                block_dim: (32 * DECODE_STREAM_WARPS, 1, 1),
+                shared_mem_bytes: DecodeStreamSmem::new(r).block_bytes(),
+            }
         }
     };
     let args = DecodeArgs(params);
     let mut launch = gpu.launch(stream, kernel)?;
     launch.arg(&args);
-    // SAFETY: every pointer was validated against the config's shapes above and the launch shape
-    // is the chosen kernel's contract (register-resident: grid (H·splits, B), DECODE_ROWS_WARPS
-    // warps, DecodeRowsSmem bytes, N % 4 == 0, N ≤ 128, one block per (b, h) in fused-norm mode,
-    // the state's zeroed arrival counters; otherwise grid (H,B), DECODE_WARPS warps, DecodeSmem).
+    // SAFETY: every pointer was validated against the config's shapes above, `check_path` holds,
+    // and the launch shape is the chosen kernel's contract (register-resident: grid (H·splits, B),
+    // DECODE_ROWS_WARPS warps, DecodeRowsSmem bytes, N % 4 == 0, N ≤ 128, one block per (b, h) in
+    // fused-norm mode, the state's zeroed arrival counters; streaming: one token, a warp per row
+    // range in blocks of DECODE_STREAM_WARPS, DecodeStreamSmem bytes, N % 4 == 0, N ≤ 128, no
+    // fused norm, the zeroed counters; shared tile: grid (H,B), DECODE_WARPS warps, DecodeSmem).
     let launched = unsafe { launch.run(cfg) };
     drop(ptrs);
     launched

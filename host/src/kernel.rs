@@ -49,6 +49,22 @@ pub enum Kernel {
     DecodeRowsBf16R4,
     /// Register-resident decode, bf16 activations, rank 8.
     DecodeRowsBf16R8,
+    /// Streaming decode (one token, a warp per row range), f32 activations, rank 1.
+    DecodeStreamF32R1,
+    /// Streaming decode (one token, a warp per row range), f32 activations, rank 2.
+    DecodeStreamF32R2,
+    /// Streaming decode (one token, a warp per row range), f32 activations, rank 4.
+    DecodeStreamF32R4,
+    /// Streaming decode (one token, a warp per row range), f32 activations, rank 8.
+    DecodeStreamF32R8,
+    /// Streaming decode (one token, a warp per row range), bf16 activations, rank 1.
+    DecodeStreamBf16R1,
+    /// Streaming decode (one token, a warp per row range), bf16 activations, rank 2.
+    DecodeStreamBf16R2,
+    /// Streaming decode (one token, a warp per row range), bf16 activations, rank 4.
+    DecodeStreamBf16R4,
+    /// Streaming decode (one token, a warp per row range), bf16 activations, rank 8.
+    DecodeStreamBf16R8,
     /// Chunked forward, FMA path, f32 activations, rank 1.
     ForwardFmaF32R1,
     /// Chunked forward, FMA path, f32 activations, rank 2.
@@ -95,7 +111,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 43] = [
+    pub const ALL: [Kernel; 51] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -118,6 +134,14 @@ impl Kernel {
         Kernel::DecodeRowsBf16R2,
         Kernel::DecodeRowsBf16R4,
         Kernel::DecodeRowsBf16R8,
+        Kernel::DecodeStreamF32R1,
+        Kernel::DecodeStreamF32R2,
+        Kernel::DecodeStreamF32R4,
+        Kernel::DecodeStreamF32R8,
+        Kernel::DecodeStreamBf16R1,
+        Kernel::DecodeStreamBf16R2,
+        Kernel::DecodeStreamBf16R4,
+        Kernel::DecodeStreamBf16R8,
         Kernel::ForwardFmaF32R1,
         Kernel::ForwardFmaF32R2,
         Kernel::ForwardFmaF32R4,
@@ -166,6 +190,14 @@ impl Kernel {
             Kernel::DecodeRowsBf16R2 => "decode_rows_bf16_r2",
             Kernel::DecodeRowsBf16R4 => "decode_rows_bf16_r4",
             Kernel::DecodeRowsBf16R8 => "decode_rows_bf16_r8",
+            Kernel::DecodeStreamF32R1 => "decode_stream_f32_r1",
+            Kernel::DecodeStreamF32R2 => "decode_stream_f32_r2",
+            Kernel::DecodeStreamF32R4 => "decode_stream_f32_r4",
+            Kernel::DecodeStreamF32R8 => "decode_stream_f32_r8",
+            Kernel::DecodeStreamBf16R1 => "decode_stream_bf16_r1",
+            Kernel::DecodeStreamBf16R2 => "decode_stream_bf16_r2",
+            Kernel::DecodeStreamBf16R4 => "decode_stream_bf16_r4",
+            Kernel::DecodeStreamBf16R8 => "decode_stream_bf16_r8",
             Kernel::ForwardFmaF32R1 => "forward_fma_f32_r1",
             Kernel::ForwardFmaF32R2 => "forward_fma_f32_r2",
             Kernel::ForwardFmaF32R4 => "forward_fma_f32_r4",
@@ -199,6 +231,11 @@ impl Kernel {
     /// The register-resident decode kernel for an activation dtype and rank, if instantiated.
     pub fn decode_rows(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
         ranked(&DECODE_ROWS, dtype, rank)
+    }
+
+    /// The streaming decode kernel for an activation dtype and rank, if instantiated.
+    pub fn decode_stream(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
+        ranked(&DECODE_STREAM, dtype, rank)
     }
 
     /// The chunked-forward kernel for an activation dtype and rank, if instantiated.
@@ -245,6 +282,17 @@ const DECODE_ROWS: RankedFamily = [
     Kernel::DecodeRowsBf16R2,
     Kernel::DecodeRowsBf16R4,
     Kernel::DecodeRowsBf16R8,
+];
+
+const DECODE_STREAM: RankedFamily = [
+    Kernel::DecodeStreamF32R1,
+    Kernel::DecodeStreamF32R2,
+    Kernel::DecodeStreamF32R4,
+    Kernel::DecodeStreamF32R8,
+    Kernel::DecodeStreamBf16R1,
+    Kernel::DecodeStreamBf16R2,
+    Kernel::DecodeStreamBf16R4,
+    Kernel::DecodeStreamBf16R8,
 ];
 
 const FORWARD_FMA: RankedFamily = [
@@ -327,9 +375,10 @@ mod tests {
     fn ranked_families_pick_the_entry_named_for_dtype_and_rank() {
         use crate::Dtype;
         type Pick = fn(Dtype, usize) -> Option<Kernel>;
-        let families: [(&str, Pick); 4] = [
+        let families: [(&str, Pick); 5] = [
             ("decode", Kernel::decode),
             ("decode_rows", Kernel::decode_rows),
+            ("decode_stream", Kernel::decode_stream),
             ("forward_fma", Kernel::forward_fma),
             ("segment_state", Kernel::segment_state),
         ];

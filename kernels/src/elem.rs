@@ -2,6 +2,7 @@
 //! Arithmetic is always f32; these convert at the load/store boundary.
 
 use crate::arch::float::to_bf16;
+use crate::arch::global::{ld_global_v2_u32, ld_global_v4_f32};
 
 /// A storage type of activations.
 pub trait Elem: Copy {
@@ -17,6 +18,11 @@ pub trait Elem: Copy {
     /// # Safety
     /// `base + i` must be a valid, writable element.
     unsafe fn store(base: u64, i: usize, value: f32);
+    /// Loads elements `i .. i + 4` of `base` as f32 with one vector load.
+    ///
+    /// # Safety
+    /// The four elements must be valid and readable, and `base + i` aligned to four elements.
+    unsafe fn load4(base: u64, i: usize) -> [f32; 4];
 }
 
 /// Loads f32 element `i` of a global f32 tensor (parameters, scalars, workspaces).
@@ -56,6 +62,11 @@ impl Elem for f32 {
         // SAFETY: forwarded to the caller.
         unsafe { *(base as *mut f32).add(i) = value }
     }
+    #[inline(always)]
+    unsafe fn load4(base: u64, i: usize) -> [f32; 4] {
+        // SAFETY: forwarded to the caller (16-byte aligned).
+        unsafe { ld_global_v4_f32(base + 4 * i as u64) }
+    }
 }
 
 impl Elem for Bf16 {
@@ -70,5 +81,16 @@ impl Elem for Bf16 {
     unsafe fn store(base: u64, i: usize, value: f32) {
         // SAFETY: forwarded to the caller.
         unsafe { *(base as *mut u16).add(i) = to_bf16(value) }
+    }
+    #[inline(always)]
+    unsafe fn load4(base: u64, i: usize) -> [f32; 4] {
+        // SAFETY: forwarded to the caller (8-byte aligned); element i is the low half of word 0.
+        let [lo, hi] = unsafe { ld_global_v2_u32(base + 2 * i as u64) };
+        [
+            f32::from_bits(lo << 16),
+            f32::from_bits(lo & 0xffff_0000),
+            f32::from_bits(hi << 16),
+            f32::from_bits(hi & 0xffff_0000),
+        ]
     }
 }

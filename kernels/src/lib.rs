@@ -13,6 +13,7 @@ pub mod arch;
 pub mod backward_recurrent;
 pub mod decode;
 pub mod decode_rows;
+pub mod decode_stream;
 pub mod chunked_forward;
 pub mod elem;
 pub mod frag;

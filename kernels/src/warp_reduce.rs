@@ -20,9 +20,28 @@ pub fn sum(mut v: f32) -> f32 {
 /// partner lane and keeps the other half (the upper half where the partner bit is set), so `V`
 /// totals take `V − 1` shuffles before the remaining `5 − log2 V` butterfly steps, not `5·V`.
 #[inline(always)]
-pub fn sum_transposed<const V: usize>(mut vals: [f32; V], lane: u32) -> f32 {
+pub fn sum_transposed<const V: usize>(vals: [f32; V], lane: u32) -> f32 {
+    transposed_from(vals, lane, 16)
+}
+
+/// [`sum_transposed`] of two sets of `V` values at once (`2V ≤ 32`): lane `l` gets the total of
+/// value `(l % 16) / (16 / V)` of set `a` for `l < 16`, of set `b` for `l ≥ 16`. The first step
+/// sends a whole set across the half-warps, so two sets cost `V` shuffles more than one.
+#[inline(always)]
+pub fn sum_transposed_pair<const V: usize>(a: [f32; V], b: [f32; V], lane: u32) -> f32 {
+    let upper = lane & 16 != 0;
+    let mut vals = [0.0f32; V];
+    for (i, v) in vals.iter_mut().enumerate() {
+        let (keep, send) = if upper { (b[i], a[i]) } else { (a[i], b[i]) };
+        *v = keep + shfl_xor_f32(send, 16);
+    }
+    transposed_from(vals, lane, 8)
+}
+
+/// The halving steps of [`sum_transposed`] from lane bit `mask` down, then the butterflies.
+#[inline(always)]
+fn transposed_from<const V: usize>(mut vals: [f32; V], lane: u32, mut mask: u32) -> f32 {
     let mut count = V;
-    let mut mask = 16;
     while count > 1 {
         let half = count / 2;
         let upper = lane & mask != 0;

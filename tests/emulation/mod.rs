@@ -340,9 +340,10 @@ pub mod arch {
         }
         pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
             check_global(addr, 0, 4, true);
-            let old = unsafe { (addr as *const u32).read() };
-            unsafe { (addr as *mut u32).write(old.wrapping_add(v)) };
-            old
+            // A real atomic: warps of one block run as concurrent threads.
+            // SAFETY: checked above to lie in a buffer of the launch; 4-byte aligned by contract.
+            let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr as *mut u32) };
+            word.fetch_add(v, std::sync::atomic::Ordering::SeqCst)
         }
         pub fn fence_acq_rel_gpu() {}
     }
@@ -368,6 +369,13 @@ pub mod arch {
         pub fn sync_threads() {
             let launch = super::super::with_ctx(|c| c.launch.clone());
             launch.barrier.wait();
+            super::super::with_ctx(|c| c.epoch += 1);
+        }
+        /// Waits for the warp's 32 lanes and starts a new race-check interval for them (a
+        /// kernel that uses it keeps each warp's shared memory to itself).
+        pub fn sync_warp() {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            launch.warp_barriers[(tid / 32) as usize].wait();
             super::super::with_ctx(|c| c.epoch += 1);
         }
         pub fn shfl_xor_f32(value: f32, mask: u32) -> f32 {
@@ -420,6 +428,20 @@ pub mod elem {
         const BYTES: u32;
         unsafe fn load(base: u64, i: usize) -> f32;
         unsafe fn store(base: u64, i: usize, value: f32);
+        /// Four scalar loads, after checking the device's alignment contract (four elements).
+        unsafe fn load4(base: u64, i: usize) -> [f32; 4] {
+            if !(base + i as u64 * Self::BYTES as u64).is_multiple_of(4 * Self::BYTES as u64) {
+                super::fail(format!("load4 of element {i} not aligned to four elements"));
+            }
+            unsafe {
+                [
+                    Self::load(base, i),
+                    Self::load(base, i + 1),
+                    Self::load(base, i + 2),
+                    Self::load(base, i + 3),
+                ]
+            }
+        }
     }
 
     pub unsafe fn ldg(base: u64, i: usize) -> f32 {

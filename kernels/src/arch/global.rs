@@ -46,6 +46,21 @@ pub unsafe fn ld_global_v4_f32(addr: u64) -> [f32; 4] {
     [a, b, c, d]
 }
 
+/// `ld.global.v2.b32` (PTX ISA §9.7.9.8): 8 bytes into two registers.
+///
+/// # Safety
+/// `addr` is an 8-byte aligned global address of eight readable bytes.
+#[inline(always)]
+pub unsafe fn ld_global_v2_u32(addr: u64) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees the address and its alignment.
+    unsafe {
+        asm!("ld.global.v2.b32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr,
+             options(nostack, readonly))
+    };
+    [a, b]
+}
+
 /// `st.global.v4.f32` (PTX ISA §9.7.9.10): four registers to 16 bytes.
 ///
 /// # Safety

@@ -53,6 +53,14 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// Warp-wide barrier, `bar.warp.sync 0xffffffff` (PTX ISA §9.7.12.2): the lanes' shared-memory
+/// accesses before it are ordered before those after it, for the whole warp.
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: every lane of the warp reaches the call sites that use it (member mask full).
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
+}
+
 /// `trap` (PTX ISA §9.7.15.4): aborts the kernel.
 #[inline(always)]
 pub fn trap() -> ! {

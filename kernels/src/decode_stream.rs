@@ -1,0 +1,386 @@
+//! Mamba-3 MIMO decode of one token with the state streamed through registers: the recurrence of
+//! spec §2.1 for `T = 1`, `N ≤ 128`, `N % 4 == 0`, gated or prereduce output.
+//!
+//! Every warp works alone: it owns `rows_per_warp` consecutive state rows of one (head, batch
+//! row) and never meets another warp at a barrier. A lane owns one 16-byte quad of columns: it
+//! forms the rotated, biased q̂ and k̂ of its columns for every rank itself (one `sincos` per
+//! column; the partner column of a rotation pair is loaded directly) and keeps them in registers
+//! next to k̂_prev. The warp then streams its rows: [`DECODE_STREAM_DEPTH`] rows are loaded ahead
+//! of the one being updated (`ld.global.v4`), so each warp keeps several HBM requests outstanding
+//! and the SM hides their latency with many independent warps instead of block-wide phases. Per
+//! group of 32 rows, lane `j` computes row `j`'s weights into the warp's shared region; each row
+//! is then an update, a read-out and a transposing warp reduction of its R sums
+//! ([`warp_reduce::sum_transposed`]), and lane `j` finishes row `j`'s output after the group.
+//!
+//! The small states θ and k̂_prev are read by every warp of a (b, h) and written once: with more
+//! than one warp per (b, h), each warp bumps the (b, h)'s arrival counter after reading them and
+//! the last to arrive writes them back and resets the counter (as in `decode_rows.rs`), so a
+//! captured graph replays with the counters at zero. Raw v of a row is read and replaced by the
+//! lane that owns the row.
+//!
+//! # Launch contract
+//! Grid `⌈B·H·⌈P / rows_per_warp⌉ / DECODE_STREAM_WARPS⌉` blocks of `32·DECODE_STREAM_WARPS`
+//! threads, dynamic shared memory `DecodeStreamSmem::new(R).block_bytes()`; `tokens == 1`,
+//! `N % 4 == 0`, `N ≤ DECODE_STREAM_MAX_N`, `rows_per_warp ≥ 1`, mode gated or prereduce;
+//! `arrivals` given whenever `rows_per_warp < P`; every pointer of [`DecodeParams`] valid for its
+//! documented shape (the host validates).
+
+use mamba3_abi::{
+    decode_rows_weight_stride, output_mode, rotation, DecodeParams, DecodeStreamSmem, DECODE_STREAM_DEPTH,
+    DECODE_STREAM_WARPS,
+};
+
+use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
+use crate::arch::float::fma_rn;
+use crate::arch::global::{
+    atom_add_u32, fence_acq_rel_gpu, ld_global_f32, ld_global_nc_f32, st_global_f32, st_global_u32,
+    st_global_v4_f32,
+};
+use crate::arch::sreg::{
+    block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32, sync_warp,
+    thread_x,
+};
+use crate::elem::{ldg, Elem};
+use crate::math::{exp, sigmoid, silu, sincos, tanh, wrap_two_pi};
+use crate::smem::at;
+use crate::warp_reduce;
+
+const DEPTH: usize = DECODE_STREAM_DEPTH as usize;
+
+/// Byte address of f32 element `i` of a global tensor.
+#[inline(always)]
+fn gf(base: u64, i: u32) -> u64 {
+    base + 4 * i as u64
+}
+
+/// The streaming decode body for activation type `X` and rank `R`.
+///
+/// # Safety
+/// See the module's launch contract.
+#[inline(always)]
+pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
+    let tid = thread_x();
+    let (warp, lane) = (tid / 32, tid % 32);
+    let (heads, n, p, na) = (prm.heads, prm.n, prm.p, prm.na);
+    let r_count = R as u32;
+    let rows_per_warp = prm.rows_per_warp;
+    let splits = p.div_ceil(rows_per_warp);
+    let unit = block_x() * DECODE_STREAM_WARPS + warp;
+    if unit >= prm.batch * heads * splits {
+        // Whole warps leave; no barrier spans warps.
+        return;
+    }
+    let (bh, split) = (unit / splits, unit % splits);
+    let (b, h) = (bh / heads, bh % heads);
+    let first_row = split * rows_per_warp;
+    let rows = rows_per_warp.min(p - first_row);
+    let group = h / (heads / prm.groups);
+    let half_n = n / 2;
+    let col = 4 * lane;
+    let active = col < n;
+    let lay = DecodeStreamSmem::new(r_count);
+    let sm = smem_base() + 4 * warp * lay.total;
+    let w_stride = decode_rows_weight_stride(r_count);
+    let token_hp = bh * p;
+    // Lanes past N read a valid quad (the row's last) and discard it: every row load and every
+    // shared read of the loop is unconditional.
+    let load_col = col.min(n - 4);
+    let row_addr = |i: u32| prm.ssm + 4 * ((token_hp + first_row + i) as u64 * n as u64 + load_col as u64);
+
+    // SAFETY (whole body): indices stay inside the shapes of the launch contract; shared offsets
+    // inside this warp's region of `lay`; every lane reaches every warp barrier and shuffle (the
+    // only early return is per whole warp).
+    unsafe {
+        // --- The first rows' loads go out first: they have the longest latency ---
+        // FMA path: DEPTH rows in flight per warp, copied (`cp.async`, one commit group per row)
+        // into the lane's own slots of the warp's ring, so they cost no registers; slot
+        // `row % DEPTH`. Past the warp's last row the last row is copied again (and never read).
+        let ring_slot = |row: u32| at(sm, lay.ring, ((row % DEPTH as u32) * 32 + lane) * 4);
+        let fetch = |row: u32| {
+            cp_async_cg_16(ring_slot(row), row_addr(row.min(rows - 1)) as *const u8);
+            commit_group();
+        };
+        for row in 0..DEPTH as u32 {
+            fetch(row);
+        }
+        let dt = ld_global_nc_f32(gf(prm.dt, bh));
+        let adt = ld_global_nc_f32(gf(prm.adt, bh));
+        let lambda = sigmoid(X::load(prm.trap, bh as usize));
+        let alpha = exp(adt);
+        let beta = (1.0 - lambda) * dt * alpha;
+        let gamma = lambda * dt;
+
+        // --- The new angles of this lane's columns, their sines and cosines ---
+        let pairwise = prm.rotation == rotation::PAIRWISE;
+        let mut sin = [0.0f32; 4];
+        let mut cos = [1.0f32; 4];
+        let mut theta = [0.0f32; 4];
+        if active {
+            for e in 0..4 {
+                let c = col + e as u32;
+                let i = if pairwise { c / 2 } else { c % half_n };
+                if i < na {
+                    let old = ld_global_f32(gf(prm.theta, bh * na + i));
+                    let logit = ld_global_nc_f32(gf(prm.angles, bh * na + i));
+                    theta[e] = wrap_two_pi(old + core::f32::consts::PI * tanh(logit) * dt);
+                    (sin[e], cos[e]) = sincos(theta[e]);
+                }
+            }
+            st_shared_v4_f32(at(sm, lay.theta, lane * 4), theta);
+        }
+
+        // --- q̂, k̂ and k̂_prev of this lane's columns, rank by rank into the warp's region ---
+        // A rolled loop keeps one rank's loads in flight at a time: the registers go to the rows.
+        // The partner columns of the lane's quad: the quad itself, pairs swapped (pairwise); the
+        // quad half a row away when N/2 is a multiple of 4 (half-split); else column by column.
+        let lower = |e: usize| if pairwise { e % 2 == 0 } else { col + (e as u32) < half_n };
+        let partner = |c: u32| if pairwise { c ^ 1 } else if c < half_n { c + half_n } else { c - half_n };
+        let mut r = 0;
+        while r < opaque_u32(r_count) {
+            let slot = (r * 32 + lane) * 4;
+            if active {
+                let qk_row = ((b * r_count + r) * prm.groups + group) * n;
+                let bias_row = (h * r_count + r) * n;
+                let biased = |x: u64, bias: u64, c: u32| {
+                    let v = X::load4(x, (qk_row + c) as usize);
+                    let w = f32::load4(bias, (bias_row + c) as usize);
+                    [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]]
+                };
+                let others = |x: u64, bias: u64, own: [f32; 4]| {
+                    if pairwise {
+                        [own[1], own[0], own[3], own[2]]
+                    } else if half_n % 4 == 0 {
+                        biased(x, bias, partner(col))
+                    } else {
+                        core::array::from_fn(|e| {
+                            let c = partner(col + e as u32);
+                            X::load(x, (qk_row + c) as usize) + ldg(bias, (bias_row + c) as usize)
+                        })
+                    }
+                };
+                let q_own = biased(prm.q, prm.q_bias, col);
+                let q_other = others(prm.q, prm.q_bias, q_own);
+                let k_own = biased(prm.k, prm.k_bias, col);
+                let k_other = others(prm.k, prm.k_bias, k_own);
+                // The pair (x0, x1) turns into (x0·cos − x1·sin, x0·sin + x1·cos).
+                let rotate = |own: [f32; 4], other: [f32; 4]| -> [f32; 4] {
+                    core::array::from_fn(|e| {
+                        if lower(e) {
+                            own[e] * cos[e] - other[e] * sin[e]
+                        } else {
+                            other[e] * sin[e] + own[e] * cos[e]
+                        }
+                    })
+                };
+                st_shared_v4_f32(at(sm, lay.q_rot, slot), rotate(q_own, q_other));
+                st_shared_v4_f32(at(sm, lay.k_rot, slot), rotate(k_own, k_other));
+                let k_prev = X::load4(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize);
+                st_shared_v4_f32(at(sm, lay.k_prev, slot), k_prev);
+            } else {
+                // Zero vectors make an idle lane's (discarded) state quad add nothing.
+                for region in [lay.q_rot, lay.k_rot, lay.k_prev] {
+                    st_shared_v4_f32(at(sm, region, slot), [0.0; 4]);
+                }
+            }
+            r += 1;
+        }
+        // k̂ and k̂_prev stay in registers for the rows; q̂ is read per row.
+        let mut kh = [[0.0f32; 4]; R];
+        let mut kp = [[0.0f32; 4]; R];
+        for r in 0..R {
+            let slot = (r as u32 * 32 + lane) * 4;
+            kh[r] = ld_shared_v4_f32(at(sm, lay.k_rot, slot));
+            kp[r] = ld_shared_v4_f32(at(sm, lay.k_prev, slot));
+        }
+        // Every lane has read θ and k̂_prev: arrive. The count is read only at the end, so the
+        // atomic's latency hides behind the rows.
+        let mut arrived = 0u32;
+        if splits > 1 {
+            sync_warp();
+            if lane == 0 {
+                fence_acq_rel_gpu();
+                arrived = atom_add_u32(prm.arrivals + 4 * bh as u64, 1);
+            }
+        }
+
+        // Byte address of the next row to update, the row size, and the warp's last row.
+        let mut row_ptr = row_addr(0);
+        let row_bytes = 4 * n as u64;
+        let last = row_addr(rows - 1);
+        let has_z = prm.z != 0;
+        let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
+        let spread = 32 / r_count;
+        let pair_spread = 16 / r_count;
+        let mut done = 0u32;
+        while done < rows {
+            let group_rows = (rows - done).min(32);
+            let my_row = first_row + done + lane;
+            // --- Lane j: the weights of row j of the group; raw v replaced by the current one ---
+            if lane < group_rows {
+                let vc = X::load(prm.v, (token_hp + my_row) as usize);
+                let vp = X::load(prm.v_state, (token_hp + my_row) as usize);
+                X::store(prm.v_state, (token_hp + my_row) as usize, vc);
+                for r in 0..r_count {
+                    let mv = ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r) * p + my_row));
+                    st_shared_f32(at(sm, lay.weights, lane * w_stride + r), beta * vp * mv);
+                    st_shared_f32(at(sm, lay.weights, lane * w_stride + r_count + r), gamma * vc * mv);
+                }
+            }
+            sync_warp();
+
+            // --- The group's rows: update and read-out, row copies kept DEPTH ahead ---
+            // Row `j` of the group: scale, rank-2R update, this lane's R read-out partial sums.
+            let step = |mut s: [f32; 4], j: u32| {
+                let w_row = at(sm, lay.weights, j * w_stride);
+                let mut w = [0.0f32; 16];
+                for c in 0..(2 * R).div_ceil(4) {
+                    let quad = ld_shared_v4_f32(w_row + 16 * c as u32);
+                    w[4 * c..4 * c + 4].copy_from_slice(&quad);
+                }
+                // An idle lane's quad is a (finite) copy of the row's last quad: its zero k̂ and
+                // q̂ make it add nothing, and it is not stored.
+                for x in s.iter_mut() {
+                    *x *= alpha;
+                }
+                for r in 0..R {
+                    for e in 0..4 {
+                        s[e] = fma_rn(w[r], kp[r][e], fma_rn(w[R + r], kh[r][e], s[e]));
+                    }
+                }
+                let mut acc = [0.0f32; R];
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let q = ld_shared_v4_f32(at(sm, lay.q_rot, (r as u32 * 32 + lane) * 4));
+                    for e in 0..4 {
+                        *a = fma_rn(s[e], q[e], *a);
+                    }
+                }
+                (s, acc)
+            };
+            // The row's copy is consumed: refill its slot with the row DEPTH ahead.
+            let refill = |row: u32, ptr: u64| {
+                let ahead = if row + (DEPTH as u32) < rows { ptr + DEPTH as u64 * row_bytes } else { last };
+                cp_async_cg_16(ring_slot(row), ahead as *const u8);
+                commit_group();
+            };
+            // Two rows at a time share one transposing reduction (their chains overlap);
+            // this lane's copies of both have landed once at most DEPTH − 2 groups pend.
+            let mut j = 0;
+            while j + 2 <= group_rows {
+                let row = done + j;
+                wait_group::<{ DEPTH as u32 - 2 }>();
+                let (s0, acc0) = step(ld_shared_v4_f32(ring_slot(row)), j);
+                let (s1, acc1) = step(ld_shared_v4_f32(ring_slot(row + 1)), j + 1);
+                let y = warp_reduce::sum_transposed_pair(acc0, acc1, lane);
+                if lane % pair_spread == 0 {
+                    st_shared_f32(at(sm, lay.y, ((lane % 16) / pair_spread) * 32 + j + lane / 16), y);
+                }
+                if active {
+                    st_global_v4_f32(row_ptr, s0);
+                    st_global_v4_f32(row_ptr + row_bytes, s1);
+                }
+                refill(row, row_ptr);
+                refill(row + 1, row_ptr + row_bytes);
+                row_ptr += 2 * row_bytes;
+                j += 2;
+            }
+            if j < group_rows {
+                let row = done + j;
+                wait_group::<{ DEPTH as u32 - 1 }>();
+                let (s, acc) = step(ld_shared_v4_f32(ring_slot(row)), j);
+                let y = warp_reduce::sum_transposed(acc, lane);
+                if lane % spread == 0 {
+                    st_shared_f32(at(sm, lay.y, (lane / spread) * 32 + j), y);
+                }
+                if active {
+                    st_global_v4_f32(row_ptr, s);
+                }
+                refill(row, row_ptr);
+                row_ptr += row_bytes;
+            }
+            sync_warp();
+
+            // --- Lane j: row j's output (D skip, gate, contraction over the ranks) ---
+            if lane < group_rows {
+                let vc = X::load(prm.v, (token_hp + my_row) as usize);
+                let z = if has_z { X::load(prm.z, (token_hp + my_row) as usize) } else { 0.0 };
+                let mut out = 0.0f32;
+                for r in 0..r_count {
+                    let param = (h * r_count + r) * p + my_row;
+                    let mv = ld_global_nc_f32(gf(prm.mimo_v, param));
+                    let y = d_skip * vc * mv + ld_shared_f32(at(sm, lay.y, r * 32 + lane));
+                    let gate = if has_z { silu(z * ld_global_nc_f32(gf(prm.mimo_z, param))) } else { 1.0 };
+                    if prm.mode == output_mode::PREREDUCE {
+                        X::store(prm.out, (((b * r_count + r) * heads + h) * p + my_row) as usize, y * gate);
+                    } else {
+                        let mo = if prm.mimo_o != 0 { ld_global_nc_f32(gf(prm.mimo_o, param)) } else { 1.0 };
+                        out += y * gate * mo;
+                    }
+                }
+                if prm.mode != output_mode::PREREDUCE {
+                    X::store(prm.out, (token_hp + my_row) as usize, out);
+                }
+            }
+            done += group_rows;
+        }
+
+        // --- θ and k̂ by the warp that arrived last (or the only one) ---
+        if splits > 1 {
+            if lane == 0 {
+                let owner = arrived == splits - 1;
+                if owner {
+                    st_global_u32(prm.arrivals + 4 * bh as u64, 0);
+                    fence_acq_rel_gpu();
+                }
+                st_shared_f32(at(sm, lay.owner, 0), if owner { 1.0 } else { 0.0 });
+            }
+            sync_warp();
+        }
+        let owner = splits == 1 || ld_shared_f32(at(sm, lay.owner, 0)) != 0.0;
+        if owner && active {
+            let theta = ld_shared_v4_f32(at(sm, lay.theta, lane * 4));
+            for (e, &angle) in theta.iter().enumerate() {
+                let c = col + e as u32;
+                let (i, lower) = if pairwise { (c / 2, c % 2 == 0) } else { (c % half_n, c < half_n) };
+                if lower && i < na {
+                    st_global_f32(gf(prm.theta, bh * na + i), angle);
+                }
+            }
+            for r in 0..r_count {
+                let k = ld_shared_v4_f32(at(sm, lay.k_rot, (r * 32 + lane) * 4));
+                for (e, &x) in k.iter().enumerate() {
+                    let c = col + e as u32;
+                    X::store(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize, x);
+                }
+            }
+        }
+    }
+}
+
+// Entry points exist only on the device, so that the host test `tests/decode_emulated.rs` can
+// compile this file against emulated primitives.
+macro_rules! decode_stream_entry {
+    ($($name:ident: $x:ty, $r:literal;)*) => {$(
+        /// Streaming decode entry point (activation type and rank in the name); see the module
+        /// docs.
+        ///
+        /// # Safety
+        /// See the module's launch contract.
+        #[cfg(target_arch = "nvptx64")]
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(params: DecodeParams) {
+            // SAFETY: forwarded launch contract.
+            unsafe { decode_stream::<$x, $r>(&params) }
+        }
+    )*};
+}
+
+decode_stream_entry! {
+    decode_stream_f32_r1: f32, 1;
+    decode_stream_f32_r2: f32, 2;
+    decode_stream_f32_r4: f32, 4;
+    decode_stream_f32_r8: f32, 8;
+    decode_stream_bf16_r1: crate::elem::Bf16, 1;
+    decode_stream_bf16_r2: crate::elem::Bf16, 2;
+    decode_stream_bf16_r4: crate::elem::Bf16, 4;
+    decode_stream_bf16_r8: crate::elem::Bf16, 8;
+}
