@@ -1,7 +1,9 @@
 //! Which decode kernel a configuration runs, and the register-resident kernel's row split (no GPU
 //! needed): the rules of `DecodeConfig::register_resident` and `DecodeConfig::rows_per_warp`.
 
-use mamba3::decode::{DecodeConfig, REGISTER_RESIDENT_MAX_SEQUENCE_HEADS};
+use mamba3::decode::{
+    DecodeConfig, REGISTER_RESIDENT_MAX_SEQUENCE_HEADS, STREAMING_MIN_SEQUENCE_HEADS,
+};
 use mamba3::{OutputMode, Rotation};
 use mamba3_abi::{DecodeRowsSmem, DecodeSmem};
 
@@ -101,11 +103,14 @@ fn rows_spread_over_the_sms_at_small_batch() {
 #[test]
 fn one_token_at_many_sequence_heads_streams() {
     use mamba3::decode::DecodePath;
-    // Above 128 sequence-heads a one-token call streams; several tokens keep the shared tile.
+    // From 1024 sequence-heads a one-token call streams; several tokens keep the shared tile,
+    // and so do fewer sequence-heads above the register-resident kernel's 128.
+    assert_eq!(STREAMING_MIN_SEQUENCE_HEADS, 1024);
     assert_eq!(
-        reference(3).dispatch_paths::<f32>(1),
-        ["decode_stream_f32_r4"]
+        reference(16).dispatch_paths::<half::bf16>(1),
+        ["decode_stream_bf16_r4"]
     );
+    assert_eq!(reference(15).dispatch_paths::<f32>(1), ["decode_f32_r4"]);
     assert_eq!(
         reference(256).dispatch_paths::<f32>(1),
         ["decode_stream_f32_r4"]
@@ -121,11 +126,13 @@ fn one_token_at_many_sequence_heads_streams() {
         reference(256).path(1, 132),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
-    // Batch 4 (256 sequence-heads): 64 → 32 → 16 → 8 rows give 256 … 2048 warps, under
-    // 16·132 = 2112; 4 rows (4096 warps) is the floor.
+    // Batch 4 (256 sequence-heads, pinned): 64 → 32 → 16 → 8 rows give 256 … 2048 warps,
+    // under 16·132 = 2112; 4 rows (4096 warps) is the floor.
+    assert_eq!(reference(4).streaming_rows_per_warp(132), 4);
+    // Batch 16: 64 → 32 rows give 1024, 2048 warps; 16 rows 4096.
     assert_eq!(
-        reference(4).path(1, 132),
-        DecodePath::Streaming { rows_per_warp: 4 }
+        reference(16).path(1, 132),
+        DecodePath::Streaming { rows_per_warp: 16 }
     );
     // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps, 32 rows 4096.
     assert_eq!(

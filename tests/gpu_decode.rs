@@ -304,10 +304,9 @@ fn streaming_decode_matches_golden_on_the_reference_geometry() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
     let mut worst = [Errors::default(); 2];
-    // Batch 3 (192 sequence-heads) streams by default; pinned row splits: one warp per (b, h),
-    // two, and sixteen warps per (b, h) (arrival counters).
+    // Pinned row splits at batch 3: one warp per (b, h), two, and sixteen warps per (b, h)
+    // (arrival counters).
     let paths = [
-        None,
         Some(DecodePath::Streaming { rows_per_warp: 64 }),
         Some(DecodePath::Streaming { rows_per_warp: 32 }),
         Some(DecodePath::Streaming { rows_per_warp: 4 }),
@@ -575,9 +574,9 @@ fn graph_replay_is_bitwise_equal_to_eager() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
     // Batch 1 runs the register-resident kernel (rows split over blocks: the arrival counters
-    // must be back at zero for every replay), batch 4 the streaming kernel at one token (rows
-    // split over warps, counters again) and the shared-memory kernel at four.
-    for (batch, tokens) in [(1, 1), (1, 4), (4, 1), (4, 4)] {
+    // must be back at zero for every replay), batch 4 the shared-memory kernel, batch 16 the
+    // streaming kernel at one token (rows split over four warps per (b, h), counters again).
+    for (batch, tokens) in [(1, 1), (1, 4), (4, 1), (4, 4), (16, 1)] {
         let case = Case {
             batch,
             tokens,

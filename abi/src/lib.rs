@@ -132,6 +132,11 @@ pub const DECODE_STREAM_WARPS: u32 = 4;
 /// ahead of the row being updated).
 pub const DECODE_STREAM_DEPTH: u32 = 8;
 
+/// State rows of one group of the streaming decode kernel: their weights are staged before and
+/// their outputs formed after the group's rows stream (two rows per lane, so that each phase's
+/// loads are in flight together).
+pub const DECODE_STREAM_GROUP: u32 = 64;
+
 /// Largest state size `N` of the streaming decode kernel: a warp covers a row with one 16-byte
 /// quad per lane.
 pub const DECODE_STREAM_MAX_N: u32 = 128;
@@ -141,10 +146,10 @@ pub const DECODE_STREAM_MAX_N: u32 = 128;
 /// them back to back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeStreamSmem {
-    /// Per-row weights `β·v_prev·mimo_v` (R) then `γ·v·mimo_v` (R) of a group of 32 rows, rows
-    /// [`decode_rows_weight_stride`] apart.
+    /// Per-row weights `β·v_prev·mimo_v` (R) then `γ·v·mimo_v` (R) of a group of
+    /// [`DECODE_STREAM_GROUP`] rows, rows [`decode_rows_weight_stride`] apart.
     pub weights: u32,
-    /// Per-rank read-outs of the group's rows `(R,32)`.
+    /// Per-rank read-outs of the group's rows `(R,DECODE_STREAM_GROUP)`.
     pub y: u32,
     /// One word: non-zero when this warp writes θ and k back.
     pub owner: u32,
@@ -167,8 +172,8 @@ impl DecodeStreamSmem {
     /// The per-warp layout for rank `r`.
     pub const fn new(r: u32) -> Self {
         let weights = 0;
-        let y = weights + 32 * decode_rows_weight_stride(r);
-        let owner = y + 32 * r;
+        let y = weights + DECODE_STREAM_GROUP * decode_rows_weight_stride(r);
+        let owner = y + DECODE_STREAM_GROUP * r;
         let q_rot = owner + 4;
         let k_rot = q_rot + 128 * r;
         let k_prev = k_rot + 128 * r;

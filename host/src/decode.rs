@@ -36,6 +36,14 @@ use crate::kernel::Kernel;
 /// shared-memory grid is at most one block per SM, so the split rows still win there.
 pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 
+/// Fewest sequence-heads B·H for which a one-token call runs the streaming kernel.
+///
+/// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph-replayed µs per token): at B = 8
+/// (512 sequence-heads) the shared-tile kernel takes 24.9 against the streaming kernel's 36.7
+/// (eight rows per warp: each warp forms q̂ and k̂ for few rows); at B = 32 (2048) streaming takes
+/// 62.5 against 90.0, and at B = 256 385 against 691.
+pub const STREAMING_MIN_SEQUENCE_HEADS: usize = 1024;
+
 /// Warps per SM the streaming kernel's row split aims for: below it a warp's rows are halved
 /// (down to [`STREAMING_MIN_ROWS_PER_WARP`]) so that few sequence-heads still fill the GPU.
 pub const STREAMING_WARPS_PER_SM: usize = 16;
@@ -212,12 +220,12 @@ impl DecodeConfig {
         rows as u32
     }
 
-    /// The kernel a call over `tokens` tokens runs on a GPU of `sm_count` SMs: above
-    /// [`REGISTER_RESIDENT_MAX_SEQUENCE_HEADS`] sequence-heads a one-token call streams (where
+    /// The kernel a call over `tokens` tokens runs on a GPU of `sm_count` SMs: from
+    /// [`STREAMING_MIN_SEQUENCE_HEADS`] sequence-heads a one-token call streams (where
     /// [`DecodeConfig::streamable`]); few sequence-heads run the register-resident kernel (see
     /// [`DecodeConfig::register_resident`]); the shared-tile kernel runs the rest.
     pub fn path(&self, tokens: usize, sm_count: usize) -> DecodePath {
-        let many = self.batch * self.heads > REGISTER_RESIDENT_MAX_SEQUENCE_HEADS;
+        let many = self.batch * self.heads >= STREAMING_MIN_SEQUENCE_HEADS;
         if many && self.streamable(tokens) {
             DecodePath::Streaming {
                 rows_per_warp: self.streaming_rows_per_warp(sm_count),

@@ -2,15 +2,16 @@
 //! spec §2.1 for `T = 1`, `N ≤ 128`, `N % 4 == 0`, gated or prereduce output.
 //!
 //! Every warp works alone: it owns `rows_per_warp` consecutive state rows of one (head, batch
-//! row) and never meets another warp at a barrier. A lane owns one 16-byte quad of columns: it
-//! forms the rotated, biased q̂ and k̂ of its columns for every rank itself (one `sincos` per
-//! column; the partner column of a rotation pair is loaded directly) and keeps them in registers
-//! next to k̂_prev. The warp then streams its rows: [`DECODE_STREAM_DEPTH`] rows are loaded ahead
-//! of the one being updated (`ld.global.v4`), so each warp keeps several HBM requests outstanding
-//! and the SM hides their latency with many independent warps instead of block-wide phases. Per
-//! group of 32 rows, lane `j` computes row `j`'s weights into the warp's shared region; each row
-//! is then an update, a read-out and a transposing warp reduction of its R sums
-//! ([`warp_reduce::sum_transposed`]), and lane `j` finishes row `j`'s output after the group.
+//! row) and never meets another warp at a barrier, so an SM overlaps many warps' memory waits
+//! instead of stepping a block through phases. A lane owns one 16-byte quad of columns. It forms
+//! the rotated, biased q̂ and k̂ of its columns itself (one `sincos` per column, the partner column
+//! of a rotation pair loaded directly, two ranks' loads in flight at a time) into the warp's
+//! shared region, and keeps k̂ and k̂_prev in registers. The rows stream through a ring in shared
+//! memory: `cp.async` keeps [`DECODE_STREAM_DEPTH`] rows in flight per warp at no register cost
+//! (each lane copies and reads only its own quad, so no barrier orders them). Per group of
+//! [`DECODE_STREAM_GROUP`] rows, each lane first stages the weights of two rows; the rows then go
+//! two at a time (update, R read-out partial sums each, one transposing warp reduction for both,
+//! [`warp_reduce::sum_transposed_pair`]), and each lane finishes two rows' outputs after the group.
 //!
 //! The small states θ and k̂_prev are read by every warp of a (b, h) and written once: with more
 //! than one warp per (b, h), each warp bumps the (b, h)'s arrival counter after reading them and
@@ -26,7 +27,7 @@
 //! documented shape (the host validates).
 
 use mamba3_abi::{
-    decode_rows_weight_stride, output_mode, rotation, DecodeParams, DecodeStreamSmem, DECODE_STREAM_DEPTH,
+    decode_rows_weight_stride, output_mode, rotation, DecodeParams, DecodeStreamSmem, DECODE_STREAM_DEPTH, DECODE_STREAM_GROUP,
     DECODE_STREAM_WARPS,
 };
 
@@ -46,6 +47,8 @@ use crate::smem::at;
 use crate::warp_reduce;
 
 const DEPTH: usize = DECODE_STREAM_DEPTH as usize;
+/// Rows per group: weights staged before, outputs formed after, two rows per lane.
+const GROUP: u32 = DECODE_STREAM_GROUP;
 
 /// Byte address of f32 element `i` of a global tensor.
 #[inline(always)]
@@ -129,60 +132,75 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             st_shared_v4_f32(at(sm, lay.theta, lane * 4), theta);
         }
 
-        // --- q̂, k̂ and k̂_prev of this lane's columns, rank by rank into the warp's region ---
-        // A rolled loop keeps one rank's loads in flight at a time: the registers go to the rows.
+        // --- q̂, k̂ and k̂_prev of this lane's columns, two ranks at a time into the warp's region ---
+        // A rolled loop over rank pairs keeps two ranks' loads in flight together (one memory
+        // latency per pair) without holding every rank's raw vectors in registers.
         // The partner columns of the lane's quad: the quad itself, pairs swapped (pairwise); the
         // quad half a row away when N/2 is a multiple of 4 (half-split); else column by column.
         let lower = |e: usize| if pairwise { e % 2 == 0 } else { col + (e as u32) < half_n };
         let partner = |c: u32| if pairwise { c ^ 1 } else if c < half_n { c + half_n } else { c - half_n };
-        let mut r = 0;
-        while r < opaque_u32(r_count) {
-            let slot = (r * 32 + lane) * 4;
-            if active {
-                let qk_row = ((b * r_count + r) * prm.groups + group) * n;
-                let bias_row = (h * r_count + r) * n;
-                let biased = |x: u64, bias: u64, c: u32| {
-                    let v = X::load4(x, (qk_row + c) as usize);
-                    let w = f32::load4(bias, (bias_row + c) as usize);
-                    [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]]
-                };
-                let others = |x: u64, bias: u64, own: [f32; 4]| {
-                    if pairwise {
-                        [own[1], own[0], own[3], own[2]]
-                    } else if half_n % 4 == 0 {
-                        biased(x, bias, partner(col))
-                    } else {
-                        core::array::from_fn(|e| {
-                            let c = partner(col + e as u32);
-                            X::load(x, (qk_row + c) as usize) + ldg(bias, (bias_row + c) as usize)
-                        })
-                    }
-                };
-                let q_own = biased(prm.q, prm.q_bias, col);
-                let q_other = others(prm.q, prm.q_bias, q_own);
-                let k_own = biased(prm.k, prm.k_bias, col);
-                let k_other = others(prm.k, prm.k_bias, k_own);
-                // The pair (x0, x1) turns into (x0·cos − x1·sin, x0·sin + x1·cos).
-                let rotate = |own: [f32; 4], other: [f32; 4]| -> [f32; 4] {
+        // The raw vectors of rank `r`, biased: q own and partner quads, k own and partner, k̂_prev.
+        let load_rank = |r: u32| -> [[f32; 4]; 5] {
+            if !active || r >= r_count {
+                return [[0.0; 4]; 5];
+            }
+            let qk_row = ((b * r_count + r) * prm.groups + group) * n;
+            let bias_row = (h * r_count + r) * n;
+            let biased = |x: u64, bias: u64, c: u32| {
+                let v = X::load4(x, (qk_row + c) as usize);
+                let w = f32::load4(bias, (bias_row + c) as usize);
+                [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]]
+            };
+            let others = |x: u64, bias: u64, own: [f32; 4]| {
+                if pairwise {
+                    [own[1], own[0], own[3], own[2]]
+                } else if half_n % 4 == 0 {
+                    biased(x, bias, partner(col))
+                } else {
                     core::array::from_fn(|e| {
-                        if lower(e) {
-                            own[e] * cos[e] - other[e] * sin[e]
-                        } else {
-                            other[e] * sin[e] + own[e] * cos[e]
-                        }
+                        let c = partner(col + e as u32);
+                        X::load(x, (qk_row + c) as usize) + ldg(bias, (bias_row + c) as usize)
                     })
-                };
+                }
+            };
+            let q_own = biased(prm.q, prm.q_bias, col);
+            let q_other = others(prm.q, prm.q_bias, q_own);
+            let k_own = biased(prm.k, prm.k_bias, col);
+            let k_other = others(prm.k, prm.k_bias, k_own);
+            let k_prev = X::load4(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize);
+            [q_own, q_other, k_own, k_other, k_prev]
+        };
+        // The pair (x0, x1) turns into (x0·cos − x1·sin, x0·sin + x1·cos).
+        let rotate = |own: [f32; 4], other: [f32; 4]| -> [f32; 4] {
+            core::array::from_fn(|e| {
+                if lower(e) {
+                    own[e] * cos[e] - other[e] * sin[e]
+                } else {
+                    other[e] * sin[e] + own[e] * cos[e]
+                }
+            })
+        };
+        // Idle lanes store zero vectors, so that their (discarded) state quads add nothing.
+        let store_rank = |r: u32, [q_own, q_other, k_own, k_other, k_prev]: [[f32; 4]; 5]| {
+            if r < r_count {
+                let slot = (r * 32 + lane) * 4;
                 st_shared_v4_f32(at(sm, lay.q_rot, slot), rotate(q_own, q_other));
                 st_shared_v4_f32(at(sm, lay.k_rot, slot), rotate(k_own, k_other));
-                let k_prev = X::load4(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize);
                 st_shared_v4_f32(at(sm, lay.k_prev, slot), k_prev);
-            } else {
-                // Zero vectors make an idle lane's (discarded) state quad add nothing.
-                for region in [lay.q_rot, lay.k_rot, lay.k_prev] {
-                    st_shared_v4_f32(at(sm, region, slot), [0.0; 4]);
-                }
             }
-            r += 1;
+        };
+        // (Ranks 1 and 2 go one at a time: pairing them costs registers the rows need.)
+        let mut r = 0;
+        while r < opaque_u32(r_count) {
+            if R >= 4 {
+                let (first, second) = (load_rank(r), load_rank(r + 1));
+                store_rank(r, first);
+                store_rank(r + 1, second);
+                r += 2;
+            } else {
+                store_rank(r, load_rank(r));
+                r += 1;
+            }
         }
         // k̂ and k̂_prev stay in registers for the rows; q̂ is read per row.
         let mut kh = [[0.0f32; 4]; R];
@@ -213,17 +231,20 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         let pair_spread = 16 / r_count;
         let mut done = 0u32;
         while done < rows {
-            let group_rows = (rows - done).min(32);
-            let my_row = first_row + done + lane;
-            // --- Lane j: the weights of row j of the group; raw v replaced by the current one ---
-            if lane < group_rows {
-                let vc = X::load(prm.v, (token_hp + my_row) as usize);
-                let vp = X::load(prm.v_state, (token_hp + my_row) as usize);
-                X::store(prm.v_state, (token_hp + my_row) as usize, vc);
-                for r in 0..r_count {
-                    let mv = ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r) * p + my_row));
-                    st_shared_f32(at(sm, lay.weights, lane * w_stride + r), beta * vp * mv);
-                    st_shared_f32(at(sm, lay.weights, lane * w_stride + r_count + r), gamma * vc * mv);
+            let group_rows = (rows - done).min(GROUP);
+            // --- Lane l: the weights of rows l and l + 32 of the group (their loads in flight
+            // together); raw v replaced by the current one ---
+            for j in [lane, lane + 32] {
+                if j < group_rows {
+                    let row = first_row + done + j;
+                    let vc = X::load(prm.v, (token_hp + row) as usize);
+                    let vp = X::load(prm.v_state, (token_hp + row) as usize);
+                    X::store(prm.v_state, (token_hp + row) as usize, vc);
+                    for r in 0..r_count {
+                        let mv = ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r) * p + row));
+                        st_shared_f32(at(sm, lay.weights, j * w_stride + r), beta * vp * mv);
+                        st_shared_f32(at(sm, lay.weights, j * w_stride + r_count + r), gamma * vc * mv);
+                    }
                 }
             }
             sync_warp();
@@ -272,7 +293,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
                 let (s1, acc1) = step(ld_shared_v4_f32(ring_slot(row + 1)), j + 1);
                 let y = warp_reduce::sum_transposed_pair(acc0, acc1, lane);
                 if lane % pair_spread == 0 {
-                    st_shared_f32(at(sm, lay.y, ((lane % 16) / pair_spread) * 32 + j + lane / 16), y);
+                    st_shared_f32(at(sm, lay.y, ((lane % 16) / pair_spread) * GROUP + j + lane / 16), y);
                 }
                 if active {
                     st_global_v4_f32(row_ptr, s0);
@@ -289,7 +310,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
                 let (s, acc) = step(ld_shared_v4_f32(ring_slot(row)), j);
                 let y = warp_reduce::sum_transposed(acc, lane);
                 if lane % spread == 0 {
-                    st_shared_f32(at(sm, lay.y, (lane / spread) * 32 + j), y);
+                    st_shared_f32(at(sm, lay.y, (lane / spread) * GROUP + j), y);
                 }
                 if active {
                     st_global_v4_f32(row_ptr, s);
@@ -299,25 +320,28 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             }
             sync_warp();
 
-            // --- Lane j: row j's output (D skip, gate, contraction over the ranks) ---
-            if lane < group_rows {
-                let vc = X::load(prm.v, (token_hp + my_row) as usize);
-                let z = if has_z { X::load(prm.z, (token_hp + my_row) as usize) } else { 0.0 };
-                let mut out = 0.0f32;
-                for r in 0..r_count {
-                    let param = (h * r_count + r) * p + my_row;
-                    let mv = ld_global_nc_f32(gf(prm.mimo_v, param));
-                    let y = d_skip * vc * mv + ld_shared_f32(at(sm, lay.y, r * 32 + lane));
-                    let gate = if has_z { silu(z * ld_global_nc_f32(gf(prm.mimo_z, param))) } else { 1.0 };
-                    if prm.mode == output_mode::PREREDUCE {
-                        X::store(prm.out, (((b * r_count + r) * heads + h) * p + my_row) as usize, y * gate);
-                    } else {
-                        let mo = if prm.mimo_o != 0 { ld_global_nc_f32(gf(prm.mimo_o, param)) } else { 1.0 };
-                        out += y * gate * mo;
+            // --- Lane l: the outputs of rows l and l + 32 (D skip, gate, contraction over ranks) ---
+            for j in [lane, lane + 32] {
+                if j < group_rows {
+                    let row = first_row + done + j;
+                    let vc = X::load(prm.v, (token_hp + row) as usize);
+                    let z = if has_z { X::load(prm.z, (token_hp + row) as usize) } else { 0.0 };
+                    let mut out = 0.0f32;
+                    for r in 0..r_count {
+                        let param = (h * r_count + r) * p + row;
+                        let mv = ld_global_nc_f32(gf(prm.mimo_v, param));
+                        let y = d_skip * vc * mv + ld_shared_f32(at(sm, lay.y, r * GROUP + j));
+                        let gate = if has_z { silu(z * ld_global_nc_f32(gf(prm.mimo_z, param))) } else { 1.0 };
+                        if prm.mode == output_mode::PREREDUCE {
+                            X::store(prm.out, (((b * r_count + r) * heads + h) * p + row) as usize, y * gate);
+                        } else {
+                            let mo = if prm.mimo_o != 0 { ld_global_nc_f32(gf(prm.mimo_o, param)) } else { 1.0 };
+                            out += y * gate * mo;
+                        }
                     }
-                }
-                if prm.mode != output_mode::PREREDUCE {
-                    X::store(prm.out, (token_hp + my_row) as usize, out);
+                    if prm.mode != output_mode::PREREDUCE {
+                        X::store(prm.out, (token_hp + row) as usize, out);
+                    }
                 }
             }
             done += group_rows;
