@@ -157,8 +157,6 @@ pub struct DecodeStreamSmem {
     pub q_rot: u32,
     /// Rotated k of the current token, same layout.
     pub k_rot: u32,
-    /// Rotated k of the previous token (the state's k̂_prev), same layout.
-    pub k_prev: u32,
     /// New angles of the lanes' columns `(32,4)`, written back by the owner at the end.
     pub theta: u32,
     /// The lanes' copies of the next [`DECODE_STREAM_DEPTH`] state rows
@@ -176,8 +174,7 @@ impl DecodeStreamSmem {
         let owner = y + DECODE_STREAM_GROUP * r;
         let q_rot = owner + 4;
         let k_rot = q_rot + 128 * r;
-        let k_prev = k_rot + 128 * r;
-        let theta = k_prev + 128 * r;
+        let theta = k_rot + 128 * r;
         let ring = theta + 128;
         let total = ring + DECODE_STREAM_DEPTH * 128;
         DecodeStreamSmem {
@@ -186,7 +183,6 @@ impl DecodeStreamSmem {
             owner,
             q_rot,
             k_rot,
-            k_prev,
             theta,
             ring,
             total,

@@ -106,6 +106,29 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         for row in 0..DEPTH as u32 {
             fetch(row);
         }
+        // Then every other load from HBM whose address is known now, consumed only later (their
+        // latency hides behind the angle and q̂/k̂ prologue): k̂_prev of the lane's quad, and raw
+        // v, previous v and z of the lane's two rows of the first group.
+        let mut kp = [[0.0f32; 4]; R];
+        if active {
+            for (r, k) in kp.iter_mut().enumerate() {
+                *k = X::load4(prm.k_state, (((b * r_count + r as u32) * heads + h) * n + col) as usize);
+            }
+        }
+        let has_z = prm.z != 0;
+        let row_inputs = |done: u32| -> [[f32; 3]; 2] {
+            core::array::from_fn(|k| {
+                let j = lane + 32 * k as u32;
+                if done + j < rows && j < GROUP {
+                    let at_row = (token_hp + first_row + done + j) as usize;
+                    let z = if has_z { X::load(prm.z, at_row) } else { 0.0 };
+                    [X::load(prm.v, at_row), X::load(prm.v_state, at_row), z]
+                } else {
+                    [0.0; 3]
+                }
+            })
+        };
+        let mut inputs = row_inputs(0);
         let dt = ld_global_nc_f32(gf(prm.dt, bh));
         let adt = ld_global_nc_f32(gf(prm.adt, bh));
         let lambda = sigmoid(X::load(prm.trap, bh as usize));
@@ -139,10 +162,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         // quad half a row away when N/2 is a multiple of 4 (half-split); else column by column.
         let lower = |e: usize| if pairwise { e % 2 == 0 } else { col + (e as u32) < half_n };
         let partner = |c: u32| if pairwise { c ^ 1 } else if c < half_n { c + half_n } else { c - half_n };
-        // The raw vectors of rank `r`, biased: q own and partner quads, k own and partner, k̂_prev.
-        let load_rank = |r: u32| -> [[f32; 4]; 5] {
+        // The raw vectors of rank `r`, biased: q own and partner quads, k own and partner.
+        let load_rank = |r: u32| -> [[f32; 4]; 4] {
             if !active || r >= r_count {
-                return [[0.0; 4]; 5];
+                return [[0.0; 4]; 4];
             }
             let qk_row = ((b * r_count + r) * prm.groups + group) * n;
             let bias_row = (h * r_count + r) * n;
@@ -167,8 +190,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             let q_other = others(prm.q, prm.q_bias, q_own);
             let k_own = biased(prm.k, prm.k_bias, col);
             let k_other = others(prm.k, prm.k_bias, k_own);
-            let k_prev = X::load4(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize);
-            [q_own, q_other, k_own, k_other, k_prev]
+            [q_own, q_other, k_own, k_other]
         };
         // The pair (x0, x1) turns into (x0·cos − x1·sin, x0·sin + x1·cos).
         let rotate = |own: [f32; 4], other: [f32; 4]| -> [f32; 4] {
@@ -181,12 +203,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             })
         };
         // Idle lanes store zero vectors, so that their (discarded) state quads add nothing.
-        let store_rank = |r: u32, [q_own, q_other, k_own, k_other, k_prev]: [[f32; 4]; 5]| {
+        let store_rank = |r: u32, [q_own, q_other, k_own, k_other]: [[f32; 4]; 4]| {
             if r < r_count {
                 let slot = (r * 32 + lane) * 4;
                 st_shared_v4_f32(at(sm, lay.q_rot, slot), rotate(q_own, q_other));
                 st_shared_v4_f32(at(sm, lay.k_rot, slot), rotate(k_own, k_other));
-                st_shared_v4_f32(at(sm, lay.k_prev, slot), k_prev);
             }
         };
         // (Ranks 1 and 2 go one at a time: pairing them costs registers the rows need.)
@@ -204,11 +225,8 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         }
         // k̂ and k̂_prev stay in registers for the rows; q̂ is read per row.
         let mut kh = [[0.0f32; 4]; R];
-        let mut kp = [[0.0f32; 4]; R];
-        for r in 0..R {
-            let slot = (r as u32 * 32 + lane) * 4;
-            kh[r] = ld_shared_v4_f32(at(sm, lay.k_rot, slot));
-            kp[r] = ld_shared_v4_f32(at(sm, lay.k_prev, slot));
+        for (r, k) in kh.iter_mut().enumerate() {
+            *k = ld_shared_v4_f32(at(sm, lay.k_rot, (r as u32 * 32 + lane) * 4));
         }
         // Every lane has read θ and k̂_prev: arrive. The count is read only at the end, so the
         // atomic's latency hides behind the rows.
@@ -225,20 +243,21 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         let mut row_ptr = row_addr(0);
         let row_bytes = 4 * n as u64;
         let last = row_addr(rows - 1);
-        let has_z = prm.z != 0;
         let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
         let spread = 32 / r_count;
         let pair_spread = 16 / r_count;
         let mut done = 0u32;
         while done < rows {
             let group_rows = (rows - done).min(GROUP);
-            // --- Lane l: the weights of rows l and l + 32 of the group (their loads in flight
-            // together); raw v replaced by the current one ---
-            for j in [lane, lane + 32] {
+            if done > 0 {
+                inputs = row_inputs(done);
+            }
+            // --- Lane l: the weights of rows l and l + 32 of the group; raw v replaced by the
+            // current one ---
+            for (k, j) in [lane, lane + 32].into_iter().enumerate() {
                 if j < group_rows {
                     let row = first_row + done + j;
-                    let vc = X::load(prm.v, (token_hp + row) as usize);
-                    let vp = X::load(prm.v_state, (token_hp + row) as usize);
+                    let [vc, vp, _] = inputs[k];
                     X::store(prm.v_state, (token_hp + row) as usize, vc);
                     for r in 0..r_count {
                         let mv = ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r) * p + row));
@@ -321,11 +340,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             sync_warp();
 
             // --- Lane l: the outputs of rows l and l + 32 (D skip, gate, contraction over ranks) ---
-            for j in [lane, lane + 32] {
+            for (k, j) in [lane, lane + 32].into_iter().enumerate() {
                 if j < group_rows {
                     let row = first_row + done + j;
-                    let vc = X::load(prm.v, (token_hp + row) as usize);
-                    let z = if has_z { X::load(prm.z, (token_hp + row) as usize) } else { 0.0 };
+                    let [vc, _, z] = inputs[k];
                     let mut out = 0.0f32;
                     for r in 0..r_count {
                         let param = (h * r_count + r) * p + row;
