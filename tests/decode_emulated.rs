@@ -197,28 +197,31 @@ fn run_emulated(
         g.head_dim as u32,
         g.num_angles as u32,
     );
+    // Runs `$kernel::<X, R>(&params)` for the case's activation type and rank.
+    macro_rules! by_dtype_and_rank {
+        ($($kernel:ident)::+) => {
+            match (bf16, g.rank) {
+                (false, 1) => $($kernel)::+::<f32, 1>(&params),
+                (false, 2) => $($kernel)::+::<f32, 2>(&params),
+                (false, 4) => $($kernel)::+::<f32, 4>(&params),
+                (false, 8) => $($kernel)::+::<f32, 8>(&params),
+                (true, 1) => $($kernel)::+::<elem::Bf16, 1>(&params),
+                (true, 2) => $($kernel)::+::<elem::Bf16, 2>(&params),
+                (true, 4) => $($kernel)::+::<elem::Bf16, 4>(&params),
+                (true, 8) => $($kernel)::+::<elem::Bf16, 8>(&params),
+                _ => panic!("unsupported rank"),
+            }
+        };
+    }
+    // SAFETY (every launch): each pointer of `params` is a buffer of `mem` of its documented shape.
     match kernel {
         Kernel::Shared => emulation::run_grid(
             (g.heads as u32, g.batch as u32),
             32 * DECODE_WARPS as usize,
             DecodeSmem::new(r, n, p, na).bytes() as usize / 4,
             &mem.buffers,
-            // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
-            || unsafe {
-                match (bf16, g.rank) {
-                    (false, 1) => decode::decode::<f32, 1>(&params),
-                    (false, 2) => decode::decode::<f32, 2>(&params),
-                    (false, 4) => decode::decode::<f32, 4>(&params),
-                    (false, 8) => decode::decode::<f32, 8>(&params),
-                    (true, 1) => decode::decode::<elem::Bf16, 1>(&params),
-                    (true, 2) => decode::decode::<elem::Bf16, 2>(&params),
-                    (true, 4) => decode::decode::<elem::Bf16, 4>(&params),
-                    (true, 8) => decode::decode::<elem::Bf16, 8>(&params),
-                    _ => panic!("unsupported rank"),
-                }
-            },
+            || unsafe { by_dtype_and_rank!(decode::decode) },
         ),
-        Kernel::Stream(_) => {}
         Kernel::Rows(rows) => {
             let block_rows = DECODE_ROWS_WARPS * rows;
             emulation::run_grid(
@@ -226,53 +229,23 @@ fn run_emulated(
                 32 * DECODE_ROWS_WARPS as usize,
                 DecodeRowsSmem::new(r, n, block_rows, na).bytes() as usize / 4,
                 &mem.buffers,
-                // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
-                || unsafe {
-                    match (bf16, g.rank) {
-                        (false, 1) => decode_rows::decode_rows::<f32, 1>(&params),
-                        (false, 2) => decode_rows::decode_rows::<f32, 2>(&params),
-                        (false, 4) => decode_rows::decode_rows::<f32, 4>(&params),
-                        (false, 8) => decode_rows::decode_rows::<f32, 8>(&params),
-                        (true, 1) => decode_rows::decode_rows::<elem::Bf16, 1>(&params),
-                        (true, 2) => decode_rows::decode_rows::<elem::Bf16, 2>(&params),
-                        (true, 4) => decode_rows::decode_rows::<elem::Bf16, 4>(&params),
-                        (true, 8) => decode_rows::decode_rows::<elem::Bf16, 8>(&params),
-                        _ => panic!("unsupported rank"),
-                    }
-                },
+                || unsafe { by_dtype_and_rank!(decode_rows::decode_rows) },
             );
-            // The last block of every (b, h) resets its counter: a replayed graph starts from zero.
-            // SAFETY: `arrivals` is a buffer of `mem` holding B·H u32.
-            let counters =
-                unsafe { std::slice::from_raw_parts(arrivals as *const u32, g.batch * g.heads) };
-            assert!(
-                counters.iter().all(|&c| c == 0),
-                "arrival counters left non-zero: {counters:?}"
+        }
+        Kernel::Stream(rows) => {
+            let warps = (g.batch * g.heads) as u32 * p.div_ceil(rows);
+            emulation::run_grid(
+                (warps.div_ceil(DECODE_STREAM_WARPS), 1),
+                32 * DECODE_STREAM_WARPS as usize,
+                DecodeStreamSmem::new(r).block_bytes() as usize / 4,
+                &mem.buffers,
+                || unsafe { by_dtype_and_rank!(decode_stream::decode_stream) },
             );
         }
     }
-    if let Kernel::Stream(rows) = kernel {
-        let warps = (g.batch * g.heads) as u32 * p.div_ceil(rows);
-        emulation::run_grid(
-            (warps.div_ceil(DECODE_STREAM_WARPS), 1),
-            32 * DECODE_STREAM_WARPS as usize,
-            DecodeStreamSmem::new(r).block_bytes() as usize / 4,
-            &mem.buffers,
-            // SAFETY: every pointer of `params` is a buffer of `mem` of its documented shape.
-            || unsafe {
-                match (bf16, g.rank) {
-                    (false, 1) => decode_stream::decode_stream::<f32, 1>(&params),
-                    (false, 2) => decode_stream::decode_stream::<f32, 2>(&params),
-                    (false, 4) => decode_stream::decode_stream::<f32, 4>(&params),
-                    (false, 8) => decode_stream::decode_stream::<f32, 8>(&params),
-                    (true, 1) => decode_stream::decode_stream::<elem::Bf16, 1>(&params),
-                    (true, 2) => decode_stream::decode_stream::<elem::Bf16, 2>(&params),
-                    (true, 4) => decode_stream::decode_stream::<elem::Bf16, 4>(&params),
-                    (true, 8) => decode_stream::decode_stream::<elem::Bf16, 8>(&params),
-                    _ => panic!("unsupported rank"),
-                }
-            },
-        );
+    if kernel != Kernel::Shared {
+        // The last block or warp of every (b, h) resets its counter: a replayed graph starts
+        // from zero.
         // SAFETY: `arrivals` is a buffer of `mem` holding B·H u32.
         let counters =
             unsafe { std::slice::from_raw_parts(arrivals as *const u32, g.batch * g.heads) };

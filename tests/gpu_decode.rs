@@ -264,6 +264,20 @@ const REFERENCE: Case = Case {
     path: None,
 };
 
+/// [`check`] in f32 and bf16, folding each dtype's errors into `worst` (f32, bf16).
+fn check_both(gpu: &Gpu, stream: &Arc<CudaStream>, case: Case, seed: u64, worst: &mut [Errors; 2]) {
+    let both = [
+        check::<f32>(gpu, stream, case, seed),
+        check::<bf16>(gpu, stream, case, seed),
+    ];
+    for (w, e) in worst.iter_mut().zip(both) {
+        w.out = w.out.max(e.out);
+        w.ssm = w.ssm.max(e.ssm);
+        w.k = w.k.max(e.k);
+        w.theta = w.theta.max(e.theta);
+    }
+}
+
 #[test]
 fn decode_matches_golden_on_the_reference_geometry() {
     let gpu = gpu_or_skip!();
@@ -282,14 +296,7 @@ fn decode_matches_golden_on_the_reference_geometry() {
                     rotation,
                     ..REFERENCE
                 };
-                let seed = 100 + i as u64;
-                for (slot, e) in [
-                    (0, check::<f32>(&gpu, &stream, case, seed)),
-                    (1, check::<bf16>(&gpu, &stream, case, seed)),
-                ] {
-                    worst[slot].out = worst[slot].out.max(e.out);
-                    worst[slot].ssm = worst[slot].ssm.max(e.ssm);
-                }
+                check_both(&gpu, &stream, case, 100 + i as u64, &mut worst);
             }
         }
     }
@@ -321,15 +328,7 @@ fn streaming_decode_matches_golden_on_the_reference_geometry() {
                     path,
                     ..REFERENCE
                 };
-                let seed = 200 + i as u64;
-                for (slot, e) in [
-                    (0, check::<f32>(&gpu, &stream, case, seed)),
-                    (1, check::<bf16>(&gpu, &stream, case, seed)),
-                ] {
-                    worst[slot].out = worst[slot].out.max(e.out);
-                    worst[slot].ssm = worst[slot].ssm.max(e.ssm);
-                    worst[slot].k = worst[slot].k.max(e.k);
-                }
+                check_both(&gpu, &stream, case, 200 + i as u64, &mut worst);
             }
         }
     }
