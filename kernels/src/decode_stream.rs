@@ -49,6 +49,8 @@ use crate::warp_reduce;
 const DEPTH: usize = DECODE_STREAM_DEPTH as usize;
 /// Rows per group: weights staged before, outputs formed after, two rows per lane.
 const GROUP: u32 = DECODE_STREAM_GROUP;
+/// Bytes of one ring slot: a row's quads of the 32 lanes.
+const SLOT_BYTES: u32 = 32 * 16;
 
 /// Byte address of f32 element `i` of a global tensor.
 #[inline(always)]
@@ -98,7 +100,8 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         // FMA path: DEPTH rows in flight per warp, copied (`cp.async`, one commit group per row)
         // into the lane's own slots of the warp's ring, so they cost no registers; slot
         // `row % DEPTH`. Past the warp's last row the last row is copied again (and never read).
-        let ring_slot = |row: u32| at(sm, lay.ring, ((row % DEPTH as u32) * 32 + lane) * 4);
+        let ring_lane = at(sm, lay.ring, lane * 4);
+        let ring_slot = |row: u32| ring_lane + (row % DEPTH as u32) * SLOT_BYTES;
         let fetch = |row: u32| {
             cp_async_cg_16(ring_slot(row), row_addr(row.min(rows - 1)) as *const u8);
             commit_group();
@@ -246,6 +249,12 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
         let spread = 32 / r_count;
         let pair_spread = 16 / r_count;
+        // Shared addresses of the group's weights, and where this lane's read-out total goes
+        // (row pairs: rank (l mod 16) / (16/R) of the pair's row l / 16; single rows: rank
+        // l / (32/R)).
+        let w_base = at(sm, lay.weights, 0);
+        let y_pair = at(sm, lay.y, ((lane % 16) / pair_spread) * GROUP + lane / 16);
+        let y_single = at(sm, lay.y, (lane / spread) * GROUP);
         let mut done = 0u32;
         while done < rows {
             let group_rows = (rows - done).min(GROUP);
@@ -271,7 +280,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             // --- The group's rows: update and read-out, row copies kept DEPTH ahead ---
             // Row `j` of the group: scale, rank-2R update, this lane's R read-out partial sums.
             let step = |mut s: [f32; 4], j: u32| {
-                let w_row = at(sm, lay.weights, j * w_stride);
+                let w_row = w_base + j * 4 * w_stride;
                 let mut w = [0.0f32; 16];
                 for c in 0..(2 * R).div_ceil(4) {
                     let quad = ld_shared_v4_f32(w_row + 16 * c as u32);
@@ -297,9 +306,9 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
                 (s, acc)
             };
             // The row's copy is consumed: refill its slot with the row DEPTH ahead.
-            let refill = |row: u32, ptr: u64| {
+            let refill = |row: u32, slot: u32, ptr: u64| {
                 let ahead = if row + (DEPTH as u32) < rows { ptr + DEPTH as u64 * row_bytes } else { last };
-                cp_async_cg_16(ring_slot(row), ahead as *const u8);
+                cp_async_cg_16(slot, ahead as *const u8);
                 commit_group();
             };
             // Two rows at a time share one transposing reduction (their chains overlap);
@@ -307,34 +316,38 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             let mut j = 0;
             while j + 2 <= group_rows {
                 let row = done + j;
+                // DEPTH is even and groups hold whole pairs but for the last: a pair's two slots
+                // are adjacent.
+                let slot = ring_slot(row);
                 wait_group::<{ DEPTH as u32 - 2 }>();
-                let (s0, acc0) = step(ld_shared_v4_f32(ring_slot(row)), j);
-                let (s1, acc1) = step(ld_shared_v4_f32(ring_slot(row + 1)), j + 1);
+                let (s0, acc0) = step(ld_shared_v4_f32(slot), j);
+                let (s1, acc1) = step(ld_shared_v4_f32(slot + SLOT_BYTES), j + 1);
                 let y = warp_reduce::sum_transposed_pair(acc0, acc1, lane);
                 if lane % pair_spread == 0 {
-                    st_shared_f32(at(sm, lay.y, ((lane % 16) / pair_spread) * GROUP + j + lane / 16), y);
+                    st_shared_f32(y_pair + 4 * j, y);
                 }
                 if active {
                     st_global_v4_f32(row_ptr, s0);
                     st_global_v4_f32(row_ptr + row_bytes, s1);
                 }
-                refill(row, row_ptr);
-                refill(row + 1, row_ptr + row_bytes);
+                refill(row, slot, row_ptr);
+                refill(row + 1, slot + SLOT_BYTES, row_ptr + row_bytes);
                 row_ptr += 2 * row_bytes;
                 j += 2;
             }
             if j < group_rows {
                 let row = done + j;
+                let slot = ring_slot(row);
                 wait_group::<{ DEPTH as u32 - 1 }>();
-                let (s, acc) = step(ld_shared_v4_f32(ring_slot(row)), j);
+                let (s, acc) = step(ld_shared_v4_f32(slot), j);
                 let y = warp_reduce::sum_transposed(acc, lane);
                 if lane % spread == 0 {
-                    st_shared_f32(at(sm, lay.y, (lane / spread) * GROUP + j), y);
+                    st_shared_f32(y_single + 4 * j, y);
                 }
                 if active {
                     st_global_v4_f32(row_ptr, s);
                 }
-                refill(row, row_ptr);
+                refill(row, slot, row_ptr);
                 row_ptr += row_bytes;
             }
             sync_warp();
