@@ -39,9 +39,9 @@ pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 /// Fewest sequence-heads B·H for which a one-token call runs the streaming kernel.
 ///
 /// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph-replayed µs per token): at B = 8
-/// (512 sequence-heads) the shared-tile kernel takes 24.9 against the streaming kernel's 36.7
+/// (512 sequence-heads) the shared-tile kernel takes 25.0 against the streaming kernel's 34.3
 /// (eight rows per warp: each warp forms q̂ and k̂ for few rows); at B = 32 (2048) streaming takes
-/// 62.5 against 90.0, and at B = 256 385 against 691.
+/// 61.9 against 89.8, and at B = 256 388 against 682.
 pub const STREAMING_MIN_SEQUENCE_HEADS: usize = 1024;
 
 /// Warps per SM the streaming kernel's row split aims for: below it a warp's rows are halved
@@ -63,8 +63,8 @@ pub enum DecodePath {
         /// State rows per warp, 1 ..= 4.
         rows_per_warp: u32,
     },
-    /// `decode_stream_*`: one token; every warp streams `rows_per_warp` rows of one (b, h)
-    /// through registers on its own.
+    /// `decode_stream_*`: one token; every warp streams `rows_per_warp` rows of one (b, h) on
+    /// its own, through a `cp.async` ring in shared memory.
     Streaming {
         /// State rows per warp, ≥ 1.
         rows_per_warp: u32,
