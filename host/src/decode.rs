@@ -242,58 +242,42 @@ impl DecodeConfig {
     /// Checks that `path` can run a call over `tokens` tokens with this geometry; the error names
     /// the path and the rule.
     pub fn check_path(&self, path: DecodePath, tokens: usize) -> Result<()> {
-        match path {
-            DecodePath::SharedTile => Ok(()),
+        let broken = match path {
+            DecodePath::SharedTile => None,
             DecodePath::RegisterResident { rows_per_warp } => {
                 let max = self.max_rows_per_warp();
                 let rows_max = (DECODE_ROWS_WARPS * max) as usize;
                 if !(1..=max).contains(&rows_per_warp) {
-                    Err(Error::invalid(
-                        "path",
-                        format!("{path:?}"),
-                        format!("rows_per_warp must be 1 ..= {max}"),
-                    ))
+                    Some(format!("rows_per_warp must be 1 ..= {max}"))
                 } else if !self.state_dim.is_multiple_of(4)
                     || self.state_dim > DECODE_ROWS_MAX_N as usize
                 {
-                    Err(Error::invalid(
-                        "path",
-                        format!("{path:?}"),
-                        format!("needs N a multiple of 4 up to {DECODE_ROWS_MAX_N}"),
-                    ))
+                    Some(format!("needs N a multiple of 4 up to {DECODE_ROWS_MAX_N}"))
                 } else if self.mode == OutputMode::FusedNorm
                     && (self.head_dim > rows_max
                         || self.head_dim > (DECODE_ROWS_WARPS * rows_per_warp) as usize)
                 {
-                    Err(Error::invalid(
-                        "path",
-                        format!("{path:?}"),
-                        "fused-norm mode needs all of P in one block",
-                    ))
+                    Some("fused-norm mode needs all of P in one block".to_string())
                 } else {
-                    Ok(())
+                    None
                 }
             }
             DecodePath::Streaming { rows_per_warp } => {
                 if rows_per_warp == 0 {
-                    Err(Error::invalid(
-                        "path",
-                        format!("{path:?}"),
-                        "rows_per_warp must be at least 1",
-                    ))
+                    Some("rows_per_warp must be at least 1".to_string())
                 } else if !self.streamable(tokens) {
-                    Err(Error::invalid(
-                        "path",
-                        format!("{path:?}"),
-                        format!(
-                            "needs one token, N a multiple of 4 up to {DECODE_STREAM_MAX_N} and \
-                             gated or prereduce output"
-                        ),
+                    Some(format!(
+                        "needs one token, N a multiple of 4 up to {DECODE_STREAM_MAX_N} and gated \
+                         or prereduce output"
                     ))
                 } else {
-                    Ok(())
+                    None
                 }
             }
+        };
+        match broken {
+            None => Ok(()),
+            Some(rule) => Err(Error::invalid("path", format!("{path:?}"), rule)),
         }
     }
 

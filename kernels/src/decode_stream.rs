@@ -102,12 +102,13 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
         // `row % DEPTH`. Past the warp's last row the last row is copied again (and never read).
         let ring_lane = at(sm, lay.ring, lane * 4);
         let ring_slot = |row: u32| ring_lane + (row % DEPTH as u32) * SLOT_BYTES;
-        let fetch = |row: u32| {
-            cp_async_cg_16(ring_slot(row), row_addr(row.min(rows - 1)) as *const u8);
+        // One row's quad into a ring slot, as its own commit group.
+        let copy_row = |slot: u32, src: u64| {
+            cp_async_cg_16(slot, src as *const u8);
             commit_group();
         };
         for row in 0..DEPTH as u32 {
-            fetch(row);
+            copy_row(ring_slot(row), row_addr(row.min(rows - 1)));
         }
         // Then every other load from HBM whose address is known now, consumed only later (their
         // latency hides behind the angle and q̂/k̂ prologue): k̂_prev of the lane's quad, and raw
@@ -307,9 +308,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
             };
             // The row's copy is consumed: refill its slot with the row DEPTH ahead.
             let refill = |row: u32, slot: u32, ptr: u64| {
-                let ahead = if row + (DEPTH as u32) < rows { ptr + DEPTH as u64 * row_bytes } else { last };
-                cp_async_cg_16(slot, ahead as *const u8);
-                commit_group();
+                copy_row(slot, if row + (DEPTH as u32) < rows { ptr + DEPTH as u64 * row_bytes } else { last });
             };
             // Two rows at a time share one transposing reduction (their chains overlap);
             // this lane's copies of both have landed once at most DEPTH − 2 groups pend.
