@@ -164,12 +164,8 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
         "upstream µs",
         "speedup"
     );
-    // MAMBA3_BENCH_BATCH=256 runs one batch size (for profilers).
-    let only_batch: Option<usize> = std::env::var("MAMBA3_BENCH_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok());
     for (batch, upstream) in UPSTREAM_DECODE_US {
-        if only_batch.is_some_and(|b| b != batch) {
+        if !batch_selected(batch) {
             continue;
         }
         let config = DecodeConfig {
@@ -491,8 +487,20 @@ const MODEL_SHAPES: [(usize, usize, usize); 6] = [
 ];
 
 /// `forward/...`: the H200 model geometry over (H, B, S), both activation dtypes.
+/// Whether `MAMBA3_BENCH_BATCH` (unset: every batch) selects this batch size; profilers use it
+/// to run one geometry of a family.
+fn batch_selected(batch: usize) -> bool {
+    std::env::var("MAMBA3_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_none_or(|b| b == batch)
+}
+
 fn bench_forward(gpu: &Gpu, stream: &Arc<CudaStream>) {
     for (h, b, s) in MODEL_SHAPES {
+        if !batch_selected(b) {
+            continue;
+        }
         bench_forward_one::<half::bf16>(gpu, stream, h, b, s);
         bench_forward_one::<f32>(gpu, stream, h, b, s);
     }
@@ -583,6 +591,9 @@ fn bench_backward_one<T: Activation>(
 /// `backward/...`: the forward benchmark's geometries, both activation dtypes.
 fn bench_backward(gpu: &Gpu, stream: &Arc<CudaStream>) {
     for (h, b, s) in MODEL_SHAPES {
+        if !batch_selected(b) {
+            continue;
+        }
         bench_backward_one::<half::bf16>(gpu, stream, h, b, s);
         bench_backward_one::<f32>(gpu, stream, h, b, s);
     }

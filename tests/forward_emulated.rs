@@ -205,16 +205,16 @@ fn run_emulated(
             words,
             &mem.buffers,
             || unsafe {
-                use chunked_forward::chunked_forward_pass as pass;
+                use chunked_forward::{chunked_forward_pass as pass, AnyGeometry as Any};
                 match (bf16, g.rank) {
-                    (false, 1) => pass::<f32, 1, true>(&params),
-                    (false, 2) => pass::<f32, 2, true>(&params),
-                    (false, 4) => pass::<f32, 4, true>(&params),
-                    (false, 8) => pass::<f32, 8, true>(&params),
-                    (true, 1) => pass::<elem::Bf16, 1, true>(&params),
-                    (true, 2) => pass::<elem::Bf16, 2, true>(&params),
-                    (true, 4) => pass::<elem::Bf16, 4, true>(&params),
-                    (true, 8) => pass::<elem::Bf16, 8, true>(&params),
+                    (false, 1) => pass::<f32, 1, true, Any>(&params),
+                    (false, 2) => pass::<f32, 2, true, Any>(&params),
+                    (false, 4) => pass::<f32, 4, true, Any>(&params),
+                    (false, 8) => pass::<f32, 8, true, Any>(&params),
+                    (true, 1) => pass::<elem::Bf16, 1, true, Any>(&params),
+                    (true, 2) => pass::<elem::Bf16, 2, true, Any>(&params),
+                    (true, 4) => pass::<elem::Bf16, 4, true, Any>(&params),
+                    (true, 8) => pass::<elem::Bf16, 8, true, Any>(&params),
                     _ => panic!("unsupported rank"),
                 }
             },
@@ -246,15 +246,34 @@ fn run_emulated(
         words,
         &mem.buffers,
         || unsafe {
-            match (bf16, g.rank) {
-                (false, 1) => chunked_forward::chunked_forward::<f32, 1>(&params),
-                (false, 2) => chunked_forward::chunked_forward::<f32, 2>(&params),
-                (false, 4) => chunked_forward::chunked_forward::<f32, 4>(&params),
-                (false, 8) => chunked_forward::chunked_forward::<f32, 8>(&params),
-                (true, 1) => chunked_forward::chunked_forward::<elem::Bf16, 1>(&params),
-                (true, 2) => chunked_forward::chunked_forward::<elem::Bf16, 2>(&params),
-                (true, 4) => chunked_forward::chunked_forward::<elem::Bf16, 4>(&params),
-                (true, 8) => chunked_forward::chunked_forward::<elem::Bf16, 8>(&params),
+            use chunked_forward::{chunked_forward as fwd, AnyGeometry as Any};
+            // The host's dispatch: the fixed-geometry instantiation where one matches.
+            type Fixed = chunked_forward::FixedGeometry<128, 64, 32, 16>;
+            let dtype = if bf16 {
+                mamba3::Dtype::Bf16
+            } else {
+                mamba3::Dtype::F32
+            };
+            let fixed = mamba3::Kernel::forward_fixed(
+                dtype,
+                g.rank,
+                g.state_dim,
+                g.head_dim,
+                g.num_angles,
+                chunk,
+            )
+            .is_some();
+            match (bf16, g.rank, fixed) {
+                (false, 4, true) => fwd::<f32, 4, Fixed>(&params),
+                (true, 4, true) => fwd::<elem::Bf16, 4, Fixed>(&params),
+                (false, 1, _) => fwd::<f32, 1, Any>(&params),
+                (false, 2, _) => fwd::<f32, 2, Any>(&params),
+                (false, 4, _) => fwd::<f32, 4, Any>(&params),
+                (false, 8, _) => fwd::<f32, 8, Any>(&params),
+                (true, 1, _) => fwd::<elem::Bf16, 1, Any>(&params),
+                (true, 2, _) => fwd::<elem::Bf16, 2, Any>(&params),
+                (true, 4, _) => fwd::<elem::Bf16, 4, Any>(&params),
+                (true, 8, _) => fwd::<elem::Bf16, 8, Any>(&params),
                 _ => panic!("unsupported rank"),
             }
         },
@@ -409,6 +428,19 @@ fn emulated_kernel_matches_golden_on_small_geometries() {
             geo: geo(1, 7, 8, 1, 1, 16, 16, 8),
             chunk: 2,
             opts: opts(Pairwise, Gated, true, true),
+            bf16: true,
+        },
+        // The fixed-geometry instantiation (R=4, N=128, P=64, Na=32, C=16), with a tail chunk.
+        Case {
+            geo: geo(1, 37, 4, 1, 1, 128, 64, 32),
+            chunk: 16,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: false,
+        },
+        Case {
+            geo: geo(1, 40, 4, 1, 1, 128, 64, 32),
+            chunk: 16,
+            opts: opts(HalfSplit, Gated, true, true),
             bf16: true,
         },
     ];

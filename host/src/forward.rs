@@ -442,9 +442,18 @@ pub fn validate(c: &ForwardConfig, lens: &ForwardLens) -> Result<()> {
     Ok(())
 }
 
-/// The compiled kernel for an activation dtype and rank, if any.
-pub fn kernel_for(dtype: Dtype, rank: usize) -> Option<Kernel> {
-    Kernel::forward_fma(dtype, rank)
+/// The forward kernel for `config`: the instantiation for exactly its geometry when there is one
+/// ([`Kernel::forward_fixed`]), else the one for its activation dtype and rank, if any.
+pub fn kernel_for(config: &ForwardConfig) -> Option<Kernel> {
+    Kernel::forward_fixed(
+        config.dtype,
+        config.rank,
+        config.state_dim,
+        config.head_dim,
+        config.num_angles,
+        config.chunk_size,
+    )
+    .or_else(|| Kernel::forward_fma(config.dtype, config.rank))
 }
 
 /// The segment-state kernel of the split forward for an activation dtype and rank, if any.
@@ -458,7 +467,7 @@ pub fn dispatch_paths(config: &ForwardConfig) -> Vec<&'static str> {
     if validate_config(config).is_err() {
         return Vec::new();
     }
-    kernel_for(config.dtype, config.rank)
+    kernel_for(config)
         .map(|k| vec![k.symbol()])
         .unwrap_or_default()
 }
@@ -705,7 +714,7 @@ fn forward_impl<T: Activation>(
         v: s.v.len(),
     });
     validate(config, &inputs.lens(out.len(), state_lens))?;
-    let kernel = kernel_for(config.dtype, config.rank)
+    let kernel = kernel_for(config)
         .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
     // The staging region (raw q, k, v of the next chunk) is used whenever it fits beside the
     // kernel's own regions; without it the kernel reads those inputs from global memory directly.

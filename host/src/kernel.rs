@@ -81,6 +81,12 @@ pub enum Kernel {
     ForwardFmaBf16R4,
     /// Chunked forward, FMA path, bf16 activations, rank 8.
     ForwardFmaBf16R8,
+    /// Chunked forward instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), f32
+    /// activations.
+    ForwardFixedF32R4N128P64Na32C16,
+    /// Chunked forward instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), bf16
+    /// activations.
+    ForwardFixedBf16R4N128P64Na32C16,
     /// Segment-state pass of the split forward, f32 activations, rank 1.
     SegmentStateF32R1,
     /// Segment-state pass of the split forward, f32 activations, rank 2.
@@ -111,7 +117,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 51] = [
+    pub const ALL: [Kernel; 53] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -150,6 +156,8 @@ impl Kernel {
         Kernel::ForwardFmaBf16R2,
         Kernel::ForwardFmaBf16R4,
         Kernel::ForwardFmaBf16R8,
+        Kernel::ForwardFixedF32R4N128P64Na32C16,
+        Kernel::ForwardFixedBf16R4N128P64Na32C16,
         Kernel::SegmentStateF32R1,
         Kernel::SegmentStateF32R2,
         Kernel::SegmentStateF32R4,
@@ -206,6 +214,8 @@ impl Kernel {
             Kernel::ForwardFmaBf16R2 => "forward_fma_bf16_r2",
             Kernel::ForwardFmaBf16R4 => "forward_fma_bf16_r4",
             Kernel::ForwardFmaBf16R8 => "forward_fma_bf16_r8",
+            Kernel::ForwardFixedF32R4N128P64Na32C16 => "forward_fixed_f32_r4_n128_p64_na32_c16",
+            Kernel::ForwardFixedBf16R4N128P64Na32C16 => "forward_fixed_bf16_r4_n128_p64_na32_c16",
             Kernel::SegmentStateF32R1 => "segment_state_f32_r1",
             Kernel::SegmentStateF32R2 => "segment_state_f32_r2",
             Kernel::SegmentStateF32R4 => "segment_state_f32_r4",
@@ -241,6 +251,28 @@ impl Kernel {
     /// The chunked-forward kernel for an activation dtype and rank, if instantiated.
     pub fn forward_fma(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
         ranked(&FORWARD_FMA, dtype, rank)
+    }
+
+    /// The chunked-forward kernel instantiated for exactly this geometry (rank, N, P, Na, C), if
+    /// any: loop bounds and shared-memory offsets are compile-time constants there, so it runs
+    /// fewer instructions than [`Kernel::forward_fma`]'s.
+    pub fn forward_fixed(
+        dtype: crate::Dtype,
+        rank: usize,
+        state_dim: usize,
+        head_dim: usize,
+        num_angles: usize,
+        chunk: usize,
+    ) -> Option<Kernel> {
+        match (dtype, (rank, state_dim, head_dim, num_angles, chunk)) {
+            (crate::Dtype::F32, (4, 128, 64, 32, 16)) => {
+                Some(Kernel::ForwardFixedF32R4N128P64Na32C16)
+            }
+            (crate::Dtype::Bf16, (4, 128, 64, 32, 16)) => {
+                Some(Kernel::ForwardFixedBf16R4N128P64Na32C16)
+            }
+            _ => None,
+        }
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if

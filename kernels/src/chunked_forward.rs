@@ -1121,19 +1121,35 @@ unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
     }
 }
 
-/// Phase F's state pass on tensor cores: `S ← exp(A_last)·S + Σ_ρ x_ρ (exp(Ā_i)·c_i·k̂_ρ)ᵀ` per
-/// 16×16 (p, n) block, one warp per block, over the chunk's live 16-row blocks. Both operands
-/// are stored with the summed index ρ outermost, which `ldmatrix` (b16 transposes only) cannot
-/// turn, so they are read element by element from per-lane base addresses and rounded in
-/// registers.
+/// Phase F's state pass on tensor cores: `S ← exp(A_last)·S + Σ_ρ (exp(Ā_i)·c_i·x_ρ) k̂_ρᵀ`, one
+/// warp per (16-row p block, group of `8·TN` n columns), over the chunk's live 16-row blocks. Both
+/// operands are stored with the summed index ρ outermost, which `ldmatrix` (b16 transposes only)
+/// cannot turn, so they are read element by element: the x operand once per 8-deep step for all
+/// `TN` tiles, scaled by the key scale and rounded in registers; k̂ is stored TF32-rounded, so its
+/// elements go to `mma` as loaded.
 #[inline(always)]
 unsafe fn phase_state_mma<const R: usize>(cx: &Ctx, len: u32) {
+    // SAFETY: forwarded. Four tiles per group where they divide N; two at R = 8, whose other
+    // phases leave no registers for four (sm_90 spills).
+    unsafe {
+        if R < 8 && cx.n.is_multiple_of(32) {
+            phase_state_mma_groups::<R, 4>(cx, len)
+        } else {
+            phase_state_mma_groups::<R, 2>(cx, len)
+        }
+    }
+}
+
+/// [`phase_state_mma`] with groups of `TN` 8-wide n tiles (`8·TN` divides N).
+#[inline(always)]
+unsafe fn phase_state_mma_groups<const R: usize, const TN: usize>(cx: &Ctx, len: u32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
     let p4 = lay.p4;
     let (warp, lane) = (cx.tid / 32, cx.tid % 32);
     let live = (len * R as u32).div_ceil(16);
-    let (pb, nb_count) = (cx.p / 16, cx.n / 16);
+    let width = 8 * TN as u32;
+    let (pb, ng) = (cx.p / 16, cx.n / width);
     // This lane's A element (row m = p, column k = ρ) and B element (row k = ρ, column n).
     let (am, ak) = a_m16k8_tf32(lane, 0);
     let (bk, bn) = b_k8n8_tf32(lane, 0);
@@ -1142,11 +1158,11 @@ unsafe fn phase_state_mma<const R: usize>(cx: &Ctx, len: u32) {
     unsafe {
         let decay = ld_shared_f32(cx.sm(lay.exp_a, len - 1));
         let mut item = warp;
-        while item < pb * nb_count {
-            let mb = item / nb_count;
-            let nb = item - mb * nb_count;
-            let s_blk = cx.sm(lay.state, 16 * mb * ns + 16 * nb);
-            let mut acc = [[0.0f32; 4]; 2];
+        while item < pb * ng {
+            let mb = item / ng;
+            let nb = item - mb * ng;
+            let s_blk = cx.sm(lay.state, 16 * mb * ns + width * nb);
+            let mut acc = [[0.0f32; 4]; TN];
             for (t, acc_t) in acc.iter_mut().enumerate() {
                 for (slot, v) in acc_t.iter_mut().enumerate() {
                     let (r, c) = acc_m16n8(lane, slot as u32);
@@ -1154,25 +1170,22 @@ unsafe fn phase_state_mma<const R: usize>(cx: &Ctx, len: u32) {
                 }
             }
             let x_lane = cx.sm(lay.x, ak * p4 + 16 * mb + am);
-            let k_lane = cx.sm(lay.k, bk * ns + 16 * nb + bn);
+            let k_lane = cx.sm(lay.k, bk * ns + width * nb + bn);
             let mut rho0 = 0;
             while rho0 < 16 * live {
+                let ks0 = ld_shared_f32(cx.sm(lay.k_scale, (rho0 + ak) / R as u32));
+                let ks1 = ld_shared_f32(cx.sm(lay.k_scale, (rho0 + ak + 4) / R as u32));
                 let xa = x_lane + 4 * rho0 * p4;
                 let a = [
-                    tf32_bits(ld_shared_u32(xa)),
-                    tf32_bits(ld_shared_u32(xa + 32)),
-                    tf32_bits(ld_shared_u32(xa + 16 * p4)),
-                    tf32_bits(ld_shared_u32(xa + 16 * p4 + 32)),
+                    tf32_bits((ks0 * ld_shared_f32(xa)).to_bits()),
+                    tf32_bits((ks0 * ld_shared_f32(xa + 32)).to_bits()),
+                    tf32_bits((ks1 * ld_shared_f32(xa + 16 * p4)).to_bits()),
+                    tf32_bits((ks1 * ld_shared_f32(xa + 16 * p4 + 32)).to_bits()),
                 ];
-                let ks0 = ld_shared_f32(cx.sm(lay.k_scale, (rho0 + bk) / R as u32));
-                let ks1 = ld_shared_f32(cx.sm(lay.k_scale, (rho0 + bk + 4) / R as u32));
                 let kb = k_lane + 4 * rho0 * ns;
                 for (t, acc_t) in acc.iter_mut().enumerate() {
                     let kt = kb + 32 * t as u32;
-                    let b = [
-                        tf32_bits((ks0 * ld_shared_f32(kt)).to_bits()),
-                        tf32_bits((ks1 * ld_shared_f32(kt + 16 * ns)).to_bits()),
-                    ];
+                    let b = [ld_shared_u32(kt), ld_shared_u32(kt + 16 * ns)];
                     mma_m16n8k8_tf32_f32(acc_t, a, b);
                 }
                 rho0 += 8;
@@ -1256,9 +1269,34 @@ unsafe fn write_final_states<X: Elem, const R: usize>(
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
-pub unsafe fn chunked_forward<X: Elem, const R: usize>(prm: &ForwardParams) {
+pub unsafe fn chunked_forward<X: Elem, const R: usize, G: ForwardGeometry>(prm: &ForwardParams) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_pass::<X, R, false>(prm) }
+    unsafe { chunked_forward_pass::<X, R, false, G>(prm) }
+}
+
+/// Where an instantiation of the forward takes its geometry (N, P, Na, C) from.
+pub trait ForwardGeometry {
+    /// `Some((N, P, Na, C))` when fixed at compile time (the launch parameters must then hold the
+    /// same values: the host dispatches only matching geometries here), so every loop bound,
+    /// shared-memory offset and padding test folds to a constant; `None` reads them from
+    /// [`ForwardParams`] at run time.
+    const FIXED: Option<(u32, u32, u32, u32)>;
+}
+
+/// Geometry read from the launch parameters (any N, P, Na, C).
+pub struct AnyGeometry;
+
+impl ForwardGeometry for AnyGeometry {
+    const FIXED: Option<(u32, u32, u32, u32)> = None;
+}
+
+/// Geometry fixed at compile time.
+pub struct FixedGeometry<const N: u32, const P: u32, const NA: u32, const C: u32>;
+
+impl<const N: u32, const P: u32, const NA: u32, const C: u32> ForwardGeometry
+    for FixedGeometry<N, P, NA, C>
+{
+    const FIXED: Option<(u32, u32, u32, u32)> = Some((N, P, NA, C));
 }
 
 /// `x` as the unevaluated sum `hi + lo` of two f32 (exact to ~2^-48 relative): how angle totals
@@ -1349,7 +1387,12 @@ unsafe fn store_segment_end(prm: &ForwardParams, cx: &Ctx, slot: usize, decay: f
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
-pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: bool>(
+pub unsafe fn chunked_forward_pass<
+    X: Elem,
+    const R: usize,
+    const STATES_ONLY: bool,
+    G: ForwardGeometry,
+>(
     prm: &ForwardParams,
 ) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
@@ -1362,10 +1405,11 @@ pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: b
         return;
     }
     let s_len = prm.seq_len as usize;
-    let chunk = prm.chunk as usize;
+    let (n, p, na, chunk32) = G::FIXED.unwrap_or((prm.n, prm.p, prm.na, prm.chunk));
+    let chunk = chunk32 as usize;
     // Token range of the segment, in u32 (S < 2^32): the loop bounds stay in single registers.
     let (t_begin, t_end) = if segments > 1 {
-        let span = prm.seg_chunks * prm.chunk;
+        let span = prm.seg_chunks * chunk32;
         (
             (seg as u32 * span).min(prm.seq_len),
             ((seg as u32 + 1) * span).min(prm.seq_len),
@@ -1373,13 +1417,12 @@ pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: b
     } else {
         (0, prm.seq_len)
     };
-    let chunk32 = prm.chunk;
-    let lay = ForwardSmem::new(R as u32, prm.n, prm.p, prm.na, prm.chunk);
+    let lay = ForwardSmem::new(R as u32, n, p, na, chunk32);
     let base = smem_base();
     let cx = Ctx {
         base,
         lay,
-        stage: ForwardStage::new(R as u32, prm.n, prm.p, prm.chunk, X::BYTES),
+        stage: ForwardStage::new(R as u32, n, p, chunk32, X::BYTES),
         raw: base + lay.bytes(),
         staged: prm.staged != 0,
         tid: thread_x(),
@@ -1389,9 +1432,9 @@ pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: b
         s_len,
         heads,
         groups,
-        n: prm.n,
-        p: prm.p,
-        na: prm.na,
+        n,
+        p,
+        na,
         row: (b * heads + h) * s_len,
     };
     // SAFETY (whole body): the launch contract; every phase is separated by block barriers.
@@ -1498,6 +1541,9 @@ pub unsafe fn chunked_forward_pass<X: Elem, const R: usize, const STATES_ONLY: b
 // primitives (threads, barriers, checked shared and global memory).
 macro_rules! forward_entry {
     ($name:ident, $x:ty, $r:literal) => {
+        forward_entry!($name, $x, $r, AnyGeometry);
+    };
+    ($name:ident, $x:ty, $r:literal, $g:ty) => {
         /// Chunked forward entry point (see the module's launch contract).
         ///
         /// # Safety
@@ -1506,7 +1552,7 @@ macro_rules! forward_entry {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: ForwardParams) {
             // SAFETY: forwarded launch contract.
-            unsafe { chunked_forward::<$x, $r>(&params) }
+            unsafe { chunked_forward::<$x, $r, $g>(&params) }
         }
     };
 }
@@ -1519,3 +1565,15 @@ forward_entry!(forward_fma_bf16_r1, Bf16, 1);
 forward_entry!(forward_fma_bf16_r2, Bf16, 2);
 forward_entry!(forward_fma_bf16_r4, Bf16, 4);
 forward_entry!(forward_fma_bf16_r8, Bf16, 8);
+forward_entry!(
+    forward_fixed_f32_r4_n128_p64_na32_c16,
+    f32,
+    4,
+    FixedGeometry<128, 64, 32, 16>
+);
+forward_entry!(
+    forward_fixed_bf16_r4_n128_p64_na32_c16,
+    Bf16,
+    4,
+    FixedGeometry<128, 64, 32, 16>
+);

@@ -30,9 +30,9 @@ use crate::angles::{reduced_f32, wrap_two_pi_f64};
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, smem_base, st_shared_f32, sync_threads, thread_x,
 };
-#[cfg(target_arch = "nvptx64")]
-use crate::chunked_forward::chunked_forward_pass;
 use crate::chunked_forward::split_f64;
+#[cfg(target_arch = "nvptx64")]
+use crate::chunked_forward::{chunked_forward_pass, AnyGeometry};
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
@@ -144,7 +144,7 @@ macro_rules! segment_state_entry {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: ForwardParams) {
             // SAFETY: forwarded launch contract.
-            unsafe { chunked_forward_pass::<$x, $r, true>(&params) }
+            unsafe { chunked_forward_pass::<$x, $r, true, AnyGeometry>(&params) }
         }
     };
 }
