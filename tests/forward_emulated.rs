@@ -80,6 +80,29 @@ struct Outputs {
 
 /// Runs the emulated kernel on `inp` (already rounded) and returns outputs and final states; with
 /// `segments > 1`, as the split forward: segment-state pass, combine pass, forward per segment.
+/// Whether the host runs `g` at chunk size `chunk` on its fixed-geometry instantiation (the
+/// emulation then runs the same one: `FixedGeometry<128, 64, 32, 16>`, the table's only row).
+fn fixed_geometry(g: Mamba3Geometry, chunk: usize, bf16: bool) -> bool {
+    let dtype = if bf16 {
+        mamba3::Dtype::Bf16
+    } else {
+        mamba3::Dtype::F32
+    };
+    let geometry = mamba3::FixedForwardGeometry {
+        rank: g.rank,
+        state_dim: g.state_dim,
+        head_dim: g.head_dim,
+        num_angles: g.num_angles,
+        chunk,
+    };
+    let fixed = mamba3::Kernel::forward_fixed(dtype, geometry).is_some();
+    assert!(
+        !fixed || (g.rank, g.state_dim, g.head_dim, g.num_angles, chunk) == (4, 128, 64, 32, 16),
+        "a new fixed-geometry row needs its instantiation here"
+    );
+    fixed
+}
+
 fn run_emulated(
     inp: &Mamba3Inputs,
     chunk: usize,
@@ -206,7 +229,14 @@ fn run_emulated(
             &mem.buffers,
             || unsafe {
                 use chunked_forward::{chunked_forward_pass as pass, AnyGeometry as Any};
+                type Fixed = chunked_forward::FixedGeometry<128, 64, 32, 16>;
                 match (bf16, g.rank) {
+                    (false, 4) if fixed_geometry(g, chunk, bf16) => {
+                        pass::<f32, 4, true, Fixed>(&params)
+                    }
+                    (true, 4) if fixed_geometry(g, chunk, bf16) => {
+                        pass::<elem::Bf16, 4, true, Fixed>(&params)
+                    }
                     (false, 1) => pass::<f32, 1, true, Any>(&params),
                     (false, 2) => pass::<f32, 2, true, Any>(&params),
                     (false, 4) => pass::<f32, 4, true, Any>(&params),
@@ -249,20 +279,7 @@ fn run_emulated(
             use chunked_forward::{chunked_forward as fwd, AnyGeometry as Any};
             // The host's dispatch: the fixed-geometry instantiation where one matches.
             type Fixed = chunked_forward::FixedGeometry<128, 64, 32, 16>;
-            let dtype = if bf16 {
-                mamba3::Dtype::Bf16
-            } else {
-                mamba3::Dtype::F32
-            };
-            let fixed = mamba3::Kernel::forward_fixed(
-                dtype,
-                g.rank,
-                g.state_dim,
-                g.head_dim,
-                g.num_angles,
-                chunk,
-            )
-            .is_some();
+            let fixed = fixed_geometry(g, chunk, bf16);
             match (bf16, g.rank, fixed) {
                 (false, 4, true) => fwd::<f32, 4, Fixed>(&params),
                 (true, 4, true) => fwd::<elem::Bf16, 4, Fixed>(&params),

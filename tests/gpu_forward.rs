@@ -290,6 +290,18 @@ fn small_cases() -> Vec<Case> {
             chunk: 3,
             opts: opts(Pairwise, Gated, true, false),
         },
+        // The fixed-geometry kernels (R=4, N=128, P=64, Na=32, C=16) in the other modes and
+        // rotation, with tail chunks and GQA.
+        Case {
+            geo: geo(2, 45, 4, 2, 4, 128, 64, 32),
+            chunk: 16,
+            opts: opts(Pairwise, Prereduce, true, false),
+        },
+        Case {
+            geo: geo(1, 71, 4, 1, 2, 128, 64, 32),
+            chunk: 16,
+            opts: opts(HalfSplit, FusedNorm, false, true),
+        },
     ]
 }
 

@@ -65,7 +65,7 @@ use mamba3_abi::{
 use crate::config::{OutputMode, Rotation};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{FixedForwardGeometry, Kernel};
 
 pub use crate::config::{Activation, Dtype};
 
@@ -442,23 +442,33 @@ pub fn validate(c: &ForwardConfig, lens: &ForwardLens) -> Result<()> {
     Ok(())
 }
 
+/// The fixed-geometry instantiations (forward, segment state) for `config`, if one matches.
+fn fixed_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
+    Kernel::forward_fixed(
+        config.dtype,
+        FixedForwardGeometry {
+            rank: config.rank,
+            state_dim: config.state_dim,
+            head_dim: config.head_dim,
+            num_angles: config.num_angles,
+            chunk: config.chunk_size,
+        },
+    )
+}
+
 /// The forward kernel for `config`: the instantiation for exactly its geometry when there is one
 /// ([`Kernel::forward_fixed`]), else the one for its activation dtype and rank, if any.
 pub fn kernel_for(config: &ForwardConfig) -> Option<Kernel> {
-    Kernel::forward_fixed(
-        config.dtype,
-        config.rank,
-        config.state_dim,
-        config.head_dim,
-        config.num_angles,
-        config.chunk_size,
-    )
-    .or_else(|| Kernel::forward_fma(config.dtype, config.rank))
+    fixed_kernels(config)
+        .map(|(forward, _)| forward)
+        .or_else(|| Kernel::forward_fma(config.dtype, config.rank))
 }
 
-/// The segment-state kernel of the split forward for an activation dtype and rank, if any.
-pub fn segment_state_kernel_for(dtype: Dtype, rank: usize) -> Option<Kernel> {
-    Kernel::segment_state(dtype, rank)
+/// The segment-state kernel of the split forward for `config`, chosen like [`kernel_for`].
+pub fn segment_state_kernel_for(config: &ForwardConfig) -> Option<Kernel> {
+    fixed_kernels(config)
+        .map(|(_, segment_state)| segment_state)
+        .or_else(|| Kernel::segment_state(config.dtype, config.rank))
 }
 
 /// The kernels (PTX symbols, in launch order) that [`forward`] runs for `config`; empty when the
@@ -529,7 +539,7 @@ pub fn dispatch_paths_with_workspace(config: &ForwardConfig, sm_count: usize) ->
     if single.is_empty() || sequence_segments(config, sm_count) <= 1 {
         return single;
     }
-    match segment_state_kernel_for(config.dtype, config.rank) {
+    match segment_state_kernel_for(config) {
         Some(k) => vec![k.symbol(), Kernel::SegmentCombineF32.symbol(), single[0]],
         None => Vec::new(),
     }
@@ -855,7 +865,7 @@ fn forward_impl<T: Activation>(
     let args = Args(params);
     let result = (|| {
         if segments > 1 {
-            let pass1 = segment_state_kernel_for(config.dtype, config.rank)
+            let pass1 = segment_state_kernel_for(config)
                 .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
             let mut launch = gpu.launch(stream, pass1)?;
             launch.arg(&args);

@@ -87,6 +87,12 @@ pub enum Kernel {
     /// Chunked forward instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), bf16
     /// activations.
     ForwardFixedBf16R4N128P64Na32C16,
+    /// Segment-state pass instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), f32
+    /// activations.
+    SegmentStateFixedF32R4N128P64Na32C16,
+    /// Segment-state pass instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), bf16
+    /// activations.
+    SegmentStateFixedBf16R4N128P64Na32C16,
     /// Segment-state pass of the split forward, f32 activations, rank 1.
     SegmentStateF32R1,
     /// Segment-state pass of the split forward, f32 activations, rank 2.
@@ -117,7 +123,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 53] = [
+    pub const ALL: [Kernel; 55] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -158,6 +164,8 @@ impl Kernel {
         Kernel::ForwardFmaBf16R8,
         Kernel::ForwardFixedF32R4N128P64Na32C16,
         Kernel::ForwardFixedBf16R4N128P64Na32C16,
+        Kernel::SegmentStateFixedF32R4N128P64Na32C16,
+        Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
         Kernel::SegmentStateF32R1,
         Kernel::SegmentStateF32R2,
         Kernel::SegmentStateF32R4,
@@ -216,6 +224,12 @@ impl Kernel {
             Kernel::ForwardFmaBf16R8 => "forward_fma_bf16_r8",
             Kernel::ForwardFixedF32R4N128P64Na32C16 => "forward_fixed_f32_r4_n128_p64_na32_c16",
             Kernel::ForwardFixedBf16R4N128P64Na32C16 => "forward_fixed_bf16_r4_n128_p64_na32_c16",
+            Kernel::SegmentStateFixedF32R4N128P64Na32C16 => {
+                "segment_state_fixed_f32_r4_n128_p64_na32_c16"
+            }
+            Kernel::SegmentStateFixedBf16R4N128P64Na32C16 => {
+                "segment_state_fixed_bf16_r4_n128_p64_na32_c16"
+            }
             Kernel::SegmentStateF32R1 => "segment_state_f32_r1",
             Kernel::SegmentStateF32R2 => "segment_state_f32_r2",
             Kernel::SegmentStateF32R4 => "segment_state_f32_r4",
@@ -253,26 +267,18 @@ impl Kernel {
         ranked(&FORWARD_FMA, dtype, rank)
     }
 
-    /// The chunked-forward kernel instantiated for exactly this geometry (rank, N, P, Na, C), if
-    /// any: loop bounds and shared-memory offsets are compile-time constants there, so it runs
-    /// fewer instructions than [`Kernel::forward_fma`]'s.
+    /// The chunked-forward kernel and the segment-state kernel instantiated for exactly this
+    /// geometry, if any (see [`FIXED_FORWARD`]): loop bounds and shared-memory offsets are
+    /// compile-time constants there, so they run fewer instructions than
+    /// [`Kernel::forward_fma`]'s and [`Kernel::segment_state`]'s.
     pub fn forward_fixed(
         dtype: crate::Dtype,
-        rank: usize,
-        state_dim: usize,
-        head_dim: usize,
-        num_angles: usize,
-        chunk: usize,
-    ) -> Option<Kernel> {
-        match (dtype, (rank, state_dim, head_dim, num_angles, chunk)) {
-            (crate::Dtype::F32, (4, 128, 64, 32, 16)) => {
-                Some(Kernel::ForwardFixedF32R4N128P64Na32C16)
-            }
-            (crate::Dtype::Bf16, (4, 128, 64, 32, 16)) => {
-                Some(Kernel::ForwardFixedBf16R4N128P64Na32C16)
-            }
-            _ => None,
-        }
+        geometry: FixedForwardGeometry,
+    ) -> Option<(Kernel, Kernel)> {
+        FIXED_FORWARD
+            .iter()
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+            .map(|row| (row.forward, row.segment_state))
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if
@@ -289,6 +295,61 @@ impl Kernel {
             .expect("every kernel is in ALL")
     }
 }
+
+/// The geometry a fixed forward instantiation is compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedForwardGeometry {
+    /// Rank R.
+    pub rank: usize,
+    /// State size N.
+    pub state_dim: usize,
+    /// Head dim P.
+    pub head_dim: usize,
+    /// Rotation angles Na.
+    pub num_angles: usize,
+    /// Chunk size C.
+    pub chunk: usize,
+}
+
+/// One fixed-geometry instantiation of the forward: its dtype and geometry, the forward kernel
+/// and the split forward's segment-state kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct FixedForward {
+    /// Activation dtype.
+    pub dtype: crate::Dtype,
+    /// Geometry it is compiled for.
+    pub geometry: FixedForwardGeometry,
+    /// The forward kernel.
+    pub forward: Kernel,
+    /// The segment-state kernel.
+    pub segment_state: Kernel,
+}
+
+/// The benchmark's (and upstream's tuned) geometry.
+const GEOMETRY_R4_N128_P64_NA32_C16: FixedForwardGeometry = FixedForwardGeometry {
+    rank: 4,
+    state_dim: 128,
+    head_dim: 64,
+    num_angles: 32,
+    chunk: 16,
+};
+
+/// Every fixed-geometry forward instantiation (the host picks a row whose dtype and geometry
+/// match a call exactly; every other geometry runs the rank's general kernels).
+pub const FIXED_FORWARD: [FixedForward; 2] = [
+    FixedForward {
+        dtype: crate::Dtype::F32,
+        geometry: GEOMETRY_R4_N128_P64_NA32_C16,
+        forward: Kernel::ForwardFixedF32R4N128P64Na32C16,
+        segment_state: Kernel::SegmentStateFixedF32R4N128P64Na32C16,
+    },
+    FixedForward {
+        dtype: crate::Dtype::Bf16,
+        geometry: GEOMETRY_R4_N128_P64_NA32_C16,
+        forward: Kernel::ForwardFixedBf16R4N128P64Na32C16,
+        segment_state: Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
+    },
+];
 
 /// A kernel family instantiated for both activation types and R ∈ {1, 2, 4, 8}, in the order
 /// f32 R1, R2, R4, R8, then bf16 R1, R2, R4, R8 (see [`ranked`]).
@@ -401,6 +462,36 @@ mod tests {
             !crate::PTX.contains(".local"),
             "PTX uses local memory (stack)"
         );
+    }
+
+    #[test]
+    fn fixed_forward_rows_name_their_geometry_and_match_only_it() {
+        use crate::Dtype;
+        for row in FIXED_FORWARD {
+            let g = row.geometry;
+            let dtype = match row.dtype {
+                Dtype::F32 => "f32",
+                Dtype::Bf16 => "bf16",
+            };
+            let suffix = format!(
+                "{dtype}_r{}_n{}_p{}_na{}_c{}",
+                g.rank, g.state_dim, g.head_dim, g.num_angles, g.chunk
+            );
+            assert_eq!(row.forward.symbol(), format!("forward_fixed_{suffix}"));
+            assert_eq!(
+                row.segment_state.symbol(),
+                format!("segment_state_fixed_{suffix}")
+            );
+            assert_eq!(
+                Kernel::forward_fixed(row.dtype, g),
+                Some((row.forward, row.segment_state))
+            );
+            let other = FixedForwardGeometry {
+                chunk: g.chunk + 1,
+                ..g
+            };
+            assert_eq!(Kernel::forward_fixed(row.dtype, other), None);
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::arch::sreg::{
 };
 use crate::chunked_forward::split_f64;
 #[cfg(target_arch = "nvptx64")]
-use crate::chunked_forward::{chunked_forward_pass, AnyGeometry};
+use crate::chunked_forward::{chunked_forward_pass, AnyGeometry, FixedGeometry};
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
@@ -136,6 +136,9 @@ pub unsafe fn segment_combine(prm: &SegmentCombineParams) {
 /// contract as the forward (grid `(H, B·K)`), hand-off buffers required.
 macro_rules! segment_state_entry {
     ($name:ident, $x:ty, $r:literal) => {
+        segment_state_entry!($name, $x, $r, AnyGeometry);
+    };
+    ($name:ident, $x:ty, $r:literal, $g:ty) => {
         /// Segment-state pass entry point (see the module docs).
         ///
         /// # Safety
@@ -144,7 +147,7 @@ macro_rules! segment_state_entry {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: ForwardParams) {
             // SAFETY: forwarded launch contract.
-            unsafe { chunked_forward_pass::<$x, $r, true, AnyGeometry>(&params) }
+            unsafe { chunked_forward_pass::<$x, $r, true, $g>(&params) }
         }
     };
 }
@@ -157,6 +160,18 @@ segment_state_entry!(segment_state_bf16_r1, Bf16, 1);
 segment_state_entry!(segment_state_bf16_r2, Bf16, 2);
 segment_state_entry!(segment_state_bf16_r4, Bf16, 4);
 segment_state_entry!(segment_state_bf16_r8, Bf16, 8);
+segment_state_entry!(
+    segment_state_fixed_f32_r4_n128_p64_na32_c16,
+    f32,
+    4,
+    FixedGeometry<128, 64, 32, 16>
+);
+segment_state_entry!(
+    segment_state_fixed_bf16_r4_n128_p64_na32_c16,
+    Bf16,
+    4,
+    FixedGeometry<128, 64, 32, 16>
+);
 
 /// Combine pass entry point (see the module's launch contract).
 ///
