@@ -271,7 +271,7 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
                 });
                 let bytes = config.min_bytes(tokens, 2) as f64;
                 let per_token_us = graph_ms * 1e3 / tokens as f64;
-                let kernel = path.kernel::<bf16>(r).map_or("?", |k| k.symbol());
+                let kernel = path.kernel::<bf16>(&config).map_or("?", |k| k.symbol());
                 println!(
                     "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11.1} {:>7.1}x   kernels: {kernel} {path:?}{}",
                     format!("decode/bf16/B={batch}/T={tokens}"),

@@ -26,6 +26,11 @@ use emulation::{arch, elem, math, smem, warp_reduce, Memory};
 
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply. Not
 // reformatted from here: the kernels crate has its own style.
+// The decode kernels have no chunk size: the chunk half of the trait is unused here.
+#[allow(dead_code)]
+#[path = "../kernels/src/geometry.rs"]
+mod geometry;
+
 #[rustfmt::skip]
 #[allow(clippy::all)]
 #[path = "../kernels/src/decode.rs"]
@@ -197,21 +202,52 @@ fn run_emulated(
         g.head_dim as u32,
         g.num_angles as u32,
     );
-    // Runs `$kernel::<X, R>(&params)` for the case's activation type and rank.
+    // The host's dispatch: the fixed-geometry instantiation where one matches exactly.
+    let dtype = if bf16 {
+        mamba3::Dtype::Bf16
+    } else {
+        mamba3::Dtype::F32
+    };
+    let row = mamba3::Kernel::decode_fixed(
+        dtype,
+        mamba3::FixedDecodeGeometry {
+            rank: g.rank,
+            state_dim: g.state_dim,
+            head_dim: g.head_dim,
+            num_angles: g.num_angles,
+        },
+    );
+    let fixed = row.is_some_and(|row| {
+        let chosen = match kernel {
+            Kernel::Shared => row.shared_tile,
+            Kernel::Rows(_) => row.register_resident,
+            Kernel::Stream(_) => row.streaming,
+        };
+        chosen.symbol().contains("_fixed_")
+    });
+    assert!(
+        !fixed || (g.rank, g.state_dim, g.head_dim, g.num_angles) == (4, 128, 64, 32),
+        "a new fixed-geometry row needs its instantiation here"
+    );
+    // Runs `$kernel::<X, R, G>(&params)` for the case's activation type, rank and geometry.
     macro_rules! by_dtype_and_rank {
-        ($($kernel:ident)::+) => {
-            match (bf16, g.rank) {
-                (false, 1) => $($kernel)::+::<f32, 1>(&params),
-                (false, 2) => $($kernel)::+::<f32, 2>(&params),
-                (false, 4) => $($kernel)::+::<f32, 4>(&params),
-                (false, 8) => $($kernel)::+::<f32, 8>(&params),
-                (true, 1) => $($kernel)::+::<elem::Bf16, 1>(&params),
-                (true, 2) => $($kernel)::+::<elem::Bf16, 2>(&params),
-                (true, 4) => $($kernel)::+::<elem::Bf16, 4>(&params),
-                (true, 8) => $($kernel)::+::<elem::Bf16, 8>(&params),
+        ($($kernel:ident)::+) => {{
+            use geometry::{AnyGeometry as Any, FixedGeometry};
+            type Fixed = FixedGeometry<128, 64, 32, 0>;
+            match (bf16, g.rank, fixed) {
+                (false, 4, true) => $($kernel)::+::<f32, 4, Fixed>(&params),
+                (true, 4, true) => $($kernel)::+::<elem::Bf16, 4, Fixed>(&params),
+                (false, 1, _) => $($kernel)::+::<f32, 1, Any>(&params),
+                (false, 2, _) => $($kernel)::+::<f32, 2, Any>(&params),
+                (false, 4, _) => $($kernel)::+::<f32, 4, Any>(&params),
+                (false, 8, _) => $($kernel)::+::<f32, 8, Any>(&params),
+                (true, 1, _) => $($kernel)::+::<elem::Bf16, 1, Any>(&params),
+                (true, 2, _) => $($kernel)::+::<elem::Bf16, 2, Any>(&params),
+                (true, 4, _) => $($kernel)::+::<elem::Bf16, 4, Any>(&params),
+                (true, 8, _) => $($kernel)::+::<elem::Bf16, 8, Any>(&params),
                 _ => panic!("unsupported rank"),
             }
-        };
+        }};
     }
     // SAFETY (every launch): each pointer of `params` is a buffer of `mem` of its documented shape.
     match kernel {
@@ -378,6 +414,9 @@ fn emulated_decode_matches_golden_step_on_small_geometries() {
         case(1, 16, 20, 0, 3, HalfSplit, Prereduce, false, true, true),
         case(2, 8, 130, 2, 3, Pairwise, Gated, true, true, true),
         case(4, 12, 8, 6, 1, HalfSplit, FusedNorm, false, false, true),
+        // The fixed-geometry instantiation (R=4, N=128, P=64, Na=32).
+        case(4, 128, 64, 32, 3, Pairwise, FusedNorm, true, true, false),
+        case(4, 128, 64, 32, 1, HalfSplit, Gated, true, true, true),
     ];
     // T = 2 (buffers end where they started) and GQA with two heads per group.
     let mut gqa = case(2, 8, 36, 2, 2, Pairwise, Gated, true, true, false);
@@ -454,6 +493,15 @@ fn emulated_register_resident_decode_matches_golden_step() {
             case(4, 12, 8, 6, 1, HalfSplit, FusedNorm, false, false, true),
             1,
         ),
+        // The fixed-geometry instantiation (R=4, N=128, P=64, Na=32).
+        (
+            case(4, 128, 64, 32, 2, HalfSplit, Prereduce, true, false, false),
+            2,
+        ),
+        (
+            case(4, 128, 64, 32, 1, Pairwise, Gated, true, true, true),
+            4,
+        ),
     ];
     let mut worst = [0.0f64; 2];
     let mut run = |c: Case, rows: u32, seed: u64| {
@@ -529,6 +577,15 @@ fn emulated_streaming_decode_matches_golden_step() {
         (
             case(8, 64, 24, 9, 1, HalfSplit, Prereduce, true, true, true),
             4,
+        ),
+        // The fixed-geometry instantiation (R=4, N=128, P=64, Na=32).
+        (
+            case(4, 128, 64, 32, 1, HalfSplit, Gated, true, true, false),
+            64,
+        ),
+        (
+            case(4, 128, 64, 32, 1, Pairwise, Prereduce, true, true, true),
+            16,
         ),
     ];
     let mut worst = [0.0f64; 2];

@@ -27,9 +27,11 @@ use emulation::{arch, elem, frag, math, smem, warp_reduce};
 mod angles;
 
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply.
-#[allow(clippy::all)]
 #[path = "../kernels/src/chunked_forward.rs"]
 mod chunked_forward;
+#[allow(clippy::all)]
+#[path = "../kernels/src/geometry.rs"]
+mod geometry;
 
 #[allow(clippy::all)]
 #[path = "../kernels/src/segment_state.rs"]
@@ -228,8 +230,9 @@ fn run_emulated(
             words,
             &mem.buffers,
             || unsafe {
-                use chunked_forward::{chunked_forward_pass as pass, AnyGeometry as Any};
-                type Fixed = chunked_forward::FixedGeometry<128, 64, 32, 16>;
+                use chunked_forward::chunked_forward_pass as pass;
+                use geometry::AnyGeometry as Any;
+                type Fixed = geometry::FixedGeometry<128, 64, 32, 16>;
                 match (bf16, g.rank) {
                     (false, 4) if fixed_geometry(g, chunk, bf16) => {
                         pass::<f32, 4, true, Fixed>(&params)
@@ -276,9 +279,10 @@ fn run_emulated(
         words,
         &mem.buffers,
         || unsafe {
-            use chunked_forward::{chunked_forward as fwd, AnyGeometry as Any};
+            use chunked_forward::chunked_forward as fwd;
+            use geometry::AnyGeometry as Any;
             // The host's dispatch: the fixed-geometry instantiation where one matches.
-            type Fixed = chunked_forward::FixedGeometry<128, 64, 32, 16>;
+            type Fixed = geometry::FixedGeometry<128, 64, 32, 16>;
             let fixed = fixed_geometry(g, chunk, bf16);
             match (bf16, g.rank, fixed) {
                 (false, 4, true) => fwd::<f32, 4, Fixed>(&params),

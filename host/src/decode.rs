@@ -25,7 +25,7 @@ use mamba3_abi::{
 use crate::config::{Activation, OutputMode, Rotation};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{FixedDecodeGeometry, Kernel};
 
 /// Most sequence-heads B·H for which a call runs the register-resident kernel.
 ///
@@ -72,12 +72,27 @@ pub enum DecodePath {
 }
 
 impl DecodePath {
-    /// The entry point this path launches for activation type `X` and `rank`, if instantiated.
-    pub fn kernel<X: Activation>(&self, rank: usize) -> Option<Kernel> {
-        match self {
-            DecodePath::SharedTile => Kernel::decode(X::DTYPE, rank),
-            DecodePath::RegisterResident { .. } => Kernel::decode_rows(X::DTYPE, rank),
-            DecodePath::Streaming { .. } => Kernel::decode_stream(X::DTYPE, rank),
+    /// The entry point this path launches for activation type `X` and `config`'s geometry, if
+    /// instantiated: the fixed-geometry instantiation when one matches exactly
+    /// ([`Kernel::decode_fixed`]), else the rank's general kernel.
+    pub fn kernel<X: Activation>(&self, config: &DecodeConfig) -> Option<Kernel> {
+        let rank = config.rank;
+        let fixed = Kernel::decode_fixed(
+            X::DTYPE,
+            FixedDecodeGeometry {
+                rank,
+                state_dim: config.state_dim,
+                head_dim: config.head_dim,
+                num_angles: config.num_angles,
+            },
+        );
+        match (self, fixed) {
+            (DecodePath::SharedTile, Some(f)) => Some(f.shared_tile),
+            (DecodePath::RegisterResident { .. }, Some(f)) => Some(f.register_resident),
+            (DecodePath::Streaming { .. }, Some(f)) => Some(f.streaming),
+            (DecodePath::SharedTile, None) => Kernel::decode(X::DTYPE, rank),
+            (DecodePath::RegisterResident { .. }, None) => Kernel::decode_rows(X::DTYPE, rank),
+            (DecodePath::Streaming { .. }, None) => Kernel::decode_stream(X::DTYPE, rank),
         }
     }
 
@@ -323,7 +338,7 @@ impl DecodeConfig {
     /// (the choice does not depend on the SM count, only the row split does).
     pub fn dispatch_paths<X: Activation>(&self, tokens: usize) -> Vec<&'static str> {
         self.path(tokens, 1)
-            .kernel::<X>(self.rank)
+            .kernel::<X>(self)
             .map(|k| vec![k.symbol()])
             .unwrap_or_default()
     }
@@ -759,7 +774,7 @@ pub fn step_tokens<X: Activation>(
         .unwrap_or_else(|| c.path(tokens, gpu.sm_count()));
     c.check_path(path, tokens)?;
     let kernel = path
-        .kernel::<X>(c.rank)
+        .kernel::<X>(&c)
         .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
     let rows_per_warp = path.rows_per_warp();
     let mut ptrs = Pointers {

@@ -65,6 +65,16 @@ pub enum Kernel {
     DecodeStreamBf16R4,
     /// Streaming decode (one token, a warp per row range), bf16 activations, rank 8.
     DecodeStreamBf16R8,
+    /// Decode (state tile in shared memory) instantiated for one geometry (R=4, N=128, P=64, Na=32), f32 activations.
+    DecodeFixedF32R4N128P64Na32,
+    /// Decode (state tile in shared memory) instantiated for one geometry (R=4, N=128, P=64, Na=32), bf16 activations.
+    DecodeFixedBf16R4N128P64Na32,
+    /// Register-resident decode instantiated for one geometry (R=4, N=128, P=64, Na=32), f32 activations.
+    DecodeRowsFixedF32R4N128P64Na32,
+    /// Register-resident decode instantiated for one geometry (R=4, N=128, P=64, Na=32), bf16 activations.
+    DecodeRowsFixedBf16R4N128P64Na32,
+    /// Streaming decode instantiated for one geometry (R=4, N=128, P=64, Na=32), bf16 activations.
+    DecodeStreamFixedBf16R4N128P64Na32,
     /// Chunked forward, FMA path, f32 activations, rank 1.
     ForwardFmaF32R1,
     /// Chunked forward, FMA path, f32 activations, rank 2.
@@ -123,7 +133,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 55] = [
+    pub const ALL: [Kernel; 60] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -154,6 +164,11 @@ impl Kernel {
         Kernel::DecodeStreamBf16R2,
         Kernel::DecodeStreamBf16R4,
         Kernel::DecodeStreamBf16R8,
+        Kernel::DecodeFixedF32R4N128P64Na32,
+        Kernel::DecodeFixedBf16R4N128P64Na32,
+        Kernel::DecodeRowsFixedF32R4N128P64Na32,
+        Kernel::DecodeRowsFixedBf16R4N128P64Na32,
+        Kernel::DecodeStreamFixedBf16R4N128P64Na32,
         Kernel::ForwardFmaF32R1,
         Kernel::ForwardFmaF32R2,
         Kernel::ForwardFmaF32R4,
@@ -214,6 +229,13 @@ impl Kernel {
             Kernel::DecodeStreamBf16R2 => "decode_stream_bf16_r2",
             Kernel::DecodeStreamBf16R4 => "decode_stream_bf16_r4",
             Kernel::DecodeStreamBf16R8 => "decode_stream_bf16_r8",
+            Kernel::DecodeFixedF32R4N128P64Na32 => "decode_fixed_f32_r4_n128_p64_na32",
+            Kernel::DecodeFixedBf16R4N128P64Na32 => "decode_fixed_bf16_r4_n128_p64_na32",
+            Kernel::DecodeRowsFixedF32R4N128P64Na32 => "decode_rows_fixed_f32_r4_n128_p64_na32",
+            Kernel::DecodeRowsFixedBf16R4N128P64Na32 => "decode_rows_fixed_bf16_r4_n128_p64_na32",
+            Kernel::DecodeStreamFixedBf16R4N128P64Na32 => {
+                "decode_stream_fixed_bf16_r4_n128_p64_na32"
+            }
             Kernel::ForwardFmaF32R1 => "forward_fma_f32_r1",
             Kernel::ForwardFmaF32R2 => "forward_fma_f32_r2",
             Kernel::ForwardFmaF32R4 => "forward_fma_f32_r4",
@@ -279,6 +301,15 @@ impl Kernel {
             .iter()
             .find(|row| row.dtype == dtype && row.geometry == geometry)
             .map(|row| (row.forward, row.segment_state))
+    }
+
+    /// The decode kernels (shared tile, register resident, streaming) instantiated for exactly
+    /// this geometry, if any (see [`FIXED_DECODE`]).
+    pub fn decode_fixed(dtype: crate::Dtype, geometry: FixedDecodeGeometry) -> Option<FixedDecode> {
+        FIXED_DECODE
+            .iter()
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+            .copied()
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if
@@ -348,6 +379,64 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         geometry: GEOMETRY_R4_N128_P64_NA32_C16,
         forward: Kernel::ForwardFixedBf16R4N128P64Na32C16,
         segment_state: Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
+    },
+];
+
+/// The geometry a fixed decode instantiation is compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedDecodeGeometry {
+    /// Rank R.
+    pub rank: usize,
+    /// State size N.
+    pub state_dim: usize,
+    /// Head dim P.
+    pub head_dim: usize,
+    /// Rotation angles Na.
+    pub num_angles: usize,
+}
+
+/// One fixed-geometry instantiation of the three decode kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedDecode {
+    /// Activation dtype.
+    pub dtype: crate::Dtype,
+    /// Geometry it is compiled for.
+    pub geometry: FixedDecodeGeometry,
+    /// The shared-tile kernel.
+    pub shared_tile: Kernel,
+    /// The register-resident kernel.
+    pub register_resident: Kernel,
+    /// The streaming kernel (the rank's general one where a fixed instantiation does not fit
+    /// its register budget).
+    pub streaming: Kernel,
+}
+
+/// The decode benchmark's geometry.
+const DECODE_GEOMETRY_R4_N128_P64_NA32: FixedDecodeGeometry = FixedDecodeGeometry {
+    rank: 4,
+    state_dim: 128,
+    head_dim: 64,
+    num_angles: 32,
+};
+
+/// Every fixed-geometry decode instantiation (a call whose dtype and geometry match a row
+/// exactly runs that row's kernels; every other call the rank's general ones).
+pub const FIXED_DECODE: [FixedDecode; 2] = [
+    FixedDecode {
+        dtype: crate::Dtype::F32,
+        geometry: DECODE_GEOMETRY_R4_N128_P64_NA32,
+        shared_tile: Kernel::DecodeFixedF32R4N128P64Na32,
+        register_resident: Kernel::DecodeRowsFixedF32R4N128P64Na32,
+        // The fixed f32 streaming instantiation needs more than its 128 registers (spills on
+        // sm_80–89): this row keeps the general kernel.
+        streaming: Kernel::DecodeStreamF32R4,
+    },
+    FixedDecode {
+        dtype: crate::Dtype::Bf16,
+        geometry: DECODE_GEOMETRY_R4_N128_P64_NA32,
+        shared_tile: Kernel::DecodeFixedBf16R4N128P64Na32,
+        register_resident: Kernel::DecodeRowsFixedBf16R4N128P64Na32,
+        streaming: Kernel::DecodeStreamFixedBf16R4N128P64Na32,
     },
 ];
 
@@ -491,6 +580,40 @@ mod tests {
                 ..g
             };
             assert_eq!(Kernel::forward_fixed(row.dtype, other), None);
+        }
+    }
+
+    #[test]
+    fn fixed_decode_rows_name_their_geometry_and_match_only_it() {
+        use crate::Dtype;
+        for row in FIXED_DECODE {
+            let g = row.geometry;
+            let dtype = match row.dtype {
+                Dtype::F32 => "f32",
+                Dtype::Bf16 => "bf16",
+            };
+            let suffix = format!(
+                "fixed_{dtype}_r{}_n{}_p{}_na{}",
+                g.rank, g.state_dim, g.head_dim, g.num_angles
+            );
+            assert_eq!(row.shared_tile.symbol(), format!("decode_{suffix}"));
+            assert_eq!(
+                row.register_resident.symbol(),
+                format!("decode_rows_{suffix}")
+            );
+            let general = Kernel::decode_stream(row.dtype, g.rank);
+            assert!(
+                row.streaming.symbol() == format!("decode_stream_{suffix}")
+                    || Some(row.streaming) == general,
+                "{:?}",
+                row.streaming
+            );
+            assert_eq!(Kernel::decode_fixed(row.dtype, g), Some(row));
+            let other = FixedDecodeGeometry {
+                num_angles: g.num_angles - 1,
+                ..g
+            };
+            assert_eq!(Kernel::decode_fixed(row.dtype, other), None);
         }
     }
 

@@ -55,6 +55,9 @@ use crate::arch::sreg::{
 use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
 use crate::frag::{a_m16k8_tf32, acc_m16n8, b_k8n8_tf32, ldmatrix_x4_tf32_a, ldmatrix_x4_tf32_b};
+use crate::geometry::Geometry;
+#[cfg(target_arch = "nvptx64")]
+use crate::geometry::{AnyGeometry, FixedGeometry};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
 use crate::smem::{at, ld_shared_f64, st_shared_f64};
 use crate::warp_reduce;
@@ -1269,34 +1272,9 @@ unsafe fn write_final_states<X: Elem, const R: usize>(
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
-pub unsafe fn chunked_forward<X: Elem, const R: usize, G: ForwardGeometry>(prm: &ForwardParams) {
+pub unsafe fn chunked_forward<X: Elem, const R: usize, G: Geometry>(prm: &ForwardParams) {
     // SAFETY: forwarded launch contract.
     unsafe { chunked_forward_pass::<X, R, false, G>(prm) }
-}
-
-/// Where an instantiation of the forward takes its geometry (N, P, Na, C) from.
-pub trait ForwardGeometry {
-    /// `Some((N, P, Na, C))` when fixed at compile time (the launch parameters must then hold the
-    /// same values: the host dispatches only matching geometries here), so every loop bound,
-    /// shared-memory offset and padding test folds to a constant; `None` reads them from
-    /// [`ForwardParams`] at run time.
-    const FIXED: Option<(u32, u32, u32, u32)>;
-}
-
-/// Geometry read from the launch parameters (any N, P, Na, C).
-pub struct AnyGeometry;
-
-impl ForwardGeometry for AnyGeometry {
-    const FIXED: Option<(u32, u32, u32, u32)> = None;
-}
-
-/// Geometry fixed at compile time.
-pub struct FixedGeometry<const N: u32, const P: u32, const NA: u32, const C: u32>;
-
-impl<const N: u32, const P: u32, const NA: u32, const C: u32> ForwardGeometry
-    for FixedGeometry<N, P, NA, C>
-{
-    const FIXED: Option<(u32, u32, u32, u32)> = Some((N, P, NA, C));
 }
 
 /// `x` as the unevaluated sum `hi + lo` of two f32 (exact to ~2^-48 relative): how angle totals
@@ -1391,7 +1369,7 @@ pub unsafe fn chunked_forward_pass<
     X: Elem,
     const R: usize,
     const STATES_ONLY: bool,
-    G: ForwardGeometry,
+    G: Geometry,
 >(
     prm: &ForwardParams,
 ) {
@@ -1405,7 +1383,8 @@ pub unsafe fn chunked_forward_pass<
         return;
     }
     let s_len = prm.seq_len as usize;
-    let (n, p, na, chunk32) = G::FIXED.unwrap_or((prm.n, prm.p, prm.na, prm.chunk));
+    let (n, p, na) = G::dims(prm.n, prm.p, prm.na);
+    let chunk32 = G::chunk(prm.chunk);
     let chunk = chunk32 as usize;
     // Token range of the segment, in u32 (S < 2^32): the loop bounds stay in single registers.
     let (t_begin, t_end) = if segments > 1 {

@@ -24,6 +24,9 @@ use crate::arch::sreg::{
     sync_threads, thread_x,
 };
 use crate::elem::Elem;
+use crate::geometry::Geometry;
+#[cfg(target_arch = "nvptx64")]
+use crate::geometry::{AnyGeometry, FixedGeometry};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos, tanh, wrap_two_pi};
 use crate::warp_reduce;
 
@@ -46,11 +49,12 @@ unsafe fn ld(base: u64, i: u32) -> f32 {
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
-pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
+pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
     let (h, b) = (block_x(), block_y());
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
-    let (heads, n, p, na, tokens) = (prm.heads, prm.n, prm.p, prm.na, prm.tokens);
+    let (heads, tokens) = (prm.heads, prm.tokens);
+    let (n, p, na) = G::dims(prm.n, prm.p, prm.na);
     let r_count = R as u32;
     // Outside the state update, loops over the ranks run to an opaque bound: unrolled, they would
     // keep every rank's values live at once and raise the whole kernel's register count.
@@ -407,7 +411,7 @@ pub unsafe fn decode<X: Elem, const R: usize>(prm: &DecodeParams) {
 // compile this file against emulated primitives (threads, barriers, checked shared and global
 // memory).
 macro_rules! decode_entry {
-    ($($name:ident: $x:ty, $r:literal;)*) => {$(
+    ($($name:ident: $x:ty, $r:literal, $g:ty;)*) => {$(
         /// Decode entry point (activation type and rank in the name); see the module docs.
         ///
         /// # Safety
@@ -416,18 +420,20 @@ macro_rules! decode_entry {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: DecodeParams) {
             // SAFETY: forwarded launch contract.
-            unsafe { decode::<$x, $r>(&params) }
+            unsafe { decode::<$x, $r, $g>(&params) }
         }
     )*};
 }
 
 decode_entry! {
-    decode_f32_r1: f32, 1;
-    decode_f32_r2: f32, 2;
-    decode_f32_r4: f32, 4;
-    decode_f32_r8: f32, 8;
-    decode_bf16_r1: crate::elem::Bf16, 1;
-    decode_bf16_r2: crate::elem::Bf16, 2;
-    decode_bf16_r4: crate::elem::Bf16, 4;
-    decode_bf16_r8: crate::elem::Bf16, 8;
+    decode_f32_r1: f32, 1, AnyGeometry;
+    decode_f32_r2: f32, 2, AnyGeometry;
+    decode_f32_r4: f32, 4, AnyGeometry;
+    decode_f32_r8: f32, 8, AnyGeometry;
+    decode_bf16_r1: crate::elem::Bf16, 1, AnyGeometry;
+    decode_bf16_r2: crate::elem::Bf16, 2, AnyGeometry;
+    decode_bf16_r4: crate::elem::Bf16, 4, AnyGeometry;
+    decode_bf16_r8: crate::elem::Bf16, 8, AnyGeometry;
+    decode_fixed_f32_r4_n128_p64_na32: f32, 4, FixedGeometry<128, 64, 32, 0>;
+    decode_fixed_bf16_r4_n128_p64_na32: crate::elem::Bf16, 4, FixedGeometry<128, 64, 32, 0>;
 }

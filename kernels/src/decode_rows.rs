@@ -43,6 +43,9 @@ use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, sync_threads, thread_x,
 };
 use crate::elem::Elem;
+use crate::geometry::Geometry;
+#[cfg(target_arch = "nvptx64")]
+use crate::geometry::{AnyGeometry, FixedGeometry};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos, tanh, wrap_two_pi};
 use crate::warp_reduce;
 
@@ -68,10 +71,11 @@ fn gf(base: u64, i: u32) -> u64 {
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
-pub unsafe fn decode_rows<X: Elem, const R: usize>(prm: &DecodeParams) {
+pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
-    let (heads, n, p, na, tokens) = (prm.heads, prm.n, prm.p, prm.na, prm.tokens);
+    let (heads, tokens) = (prm.heads, prm.tokens);
+    let (n, p, na) = G::dims(prm.n, prm.p, prm.na);
     let r_count = R as u32;
     let rows_per_warp = prm.rows_per_warp;
     let block_rows = DECODE_ROWS_WARPS * rows_per_warp;
@@ -399,7 +403,7 @@ pub unsafe fn decode_rows<X: Elem, const R: usize>(prm: &DecodeParams) {
 // Entry points exist only on the device, so that the host test `tests/decode_emulated.rs` can
 // compile this file against emulated primitives.
 macro_rules! decode_rows_entry {
-    ($($name:ident: $x:ty, $r:literal;)*) => {$(
+    ($($name:ident: $x:ty, $r:literal, $g:ty;)*) => {$(
         /// Register-resident decode entry point (activation type and rank in the name); see the
         /// module docs.
         ///
@@ -409,18 +413,20 @@ macro_rules! decode_rows_entry {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: DecodeParams) {
             // SAFETY: forwarded launch contract.
-            unsafe { decode_rows::<$x, $r>(&params) }
+            unsafe { decode_rows::<$x, $r, $g>(&params) }
         }
     )*};
 }
 
 decode_rows_entry! {
-    decode_rows_f32_r1: f32, 1;
-    decode_rows_f32_r2: f32, 2;
-    decode_rows_f32_r4: f32, 4;
-    decode_rows_f32_r8: f32, 8;
-    decode_rows_bf16_r1: crate::elem::Bf16, 1;
-    decode_rows_bf16_r2: crate::elem::Bf16, 2;
-    decode_rows_bf16_r4: crate::elem::Bf16, 4;
-    decode_rows_bf16_r8: crate::elem::Bf16, 8;
+    decode_rows_f32_r1: f32, 1, AnyGeometry;
+    decode_rows_f32_r2: f32, 2, AnyGeometry;
+    decode_rows_f32_r4: f32, 4, AnyGeometry;
+    decode_rows_f32_r8: f32, 8, AnyGeometry;
+    decode_rows_bf16_r1: crate::elem::Bf16, 1, AnyGeometry;
+    decode_rows_bf16_r2: crate::elem::Bf16, 2, AnyGeometry;
+    decode_rows_bf16_r4: crate::elem::Bf16, 4, AnyGeometry;
+    decode_rows_bf16_r8: crate::elem::Bf16, 8, AnyGeometry;
+    decode_rows_fixed_f32_r4_n128_p64_na32: f32, 4, FixedGeometry<128, 64, 32, 0>;
+    decode_rows_fixed_bf16_r4_n128_p64_na32: crate::elem::Bf16, 4, FixedGeometry<128, 64, 32, 0>;
 }

@@ -42,6 +42,9 @@ use crate::arch::sreg::{
     thread_x,
 };
 use crate::elem::{ldg, Elem};
+use crate::geometry::Geometry;
+#[cfg(target_arch = "nvptx64")]
+use crate::geometry::{AnyGeometry, FixedGeometry};
 use crate::math::{exp, sigmoid, silu, sincos, tanh, wrap_two_pi};
 use crate::smem::at;
 use crate::warp_reduce;
@@ -63,10 +66,11 @@ fn gf(base: u64, i: u32) -> u64 {
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
-pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
+pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
     let tid = thread_x();
     let (warp, lane) = (tid / 32, tid % 32);
-    let (heads, n, p, na) = (prm.heads, prm.n, prm.p, prm.na);
+    let heads = prm.heads;
+    let (n, p, na) = G::dims(prm.n, prm.p, prm.na);
     let r_count = R as u32;
     let rows_per_warp = prm.rows_per_warp;
     let splits = p.div_ceil(rows_per_warp);
@@ -413,7 +417,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize>(prm: &DecodeParams) {
 // Entry points exist only on the device, so that the host test `tests/decode_emulated.rs` can
 // compile this file against emulated primitives.
 macro_rules! decode_stream_entry {
-    ($($name:ident: $x:ty, $r:literal;)*) => {$(
+    ($($name:ident: $x:ty, $r:literal, $g:ty;)*) => {$(
         /// Streaming decode entry point (activation type and rank in the name); see the module
         /// docs.
         ///
@@ -423,18 +427,19 @@ macro_rules! decode_stream_entry {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: DecodeParams) {
             // SAFETY: forwarded launch contract.
-            unsafe { decode_stream::<$x, $r>(&params) }
+            unsafe { decode_stream::<$x, $r, $g>(&params) }
         }
     )*};
 }
 
 decode_stream_entry! {
-    decode_stream_f32_r1: f32, 1;
-    decode_stream_f32_r2: f32, 2;
-    decode_stream_f32_r4: f32, 4;
-    decode_stream_f32_r8: f32, 8;
-    decode_stream_bf16_r1: crate::elem::Bf16, 1;
-    decode_stream_bf16_r2: crate::elem::Bf16, 2;
-    decode_stream_bf16_r4: crate::elem::Bf16, 4;
-    decode_stream_bf16_r8: crate::elem::Bf16, 8;
+    decode_stream_f32_r1: f32, 1, AnyGeometry;
+    decode_stream_f32_r2: f32, 2, AnyGeometry;
+    decode_stream_f32_r4: f32, 4, AnyGeometry;
+    decode_stream_f32_r8: f32, 8, AnyGeometry;
+    decode_stream_bf16_r1: crate::elem::Bf16, 1, AnyGeometry;
+    decode_stream_bf16_r2: crate::elem::Bf16, 2, AnyGeometry;
+    decode_stream_bf16_r4: crate::elem::Bf16, 4, AnyGeometry;
+    decode_stream_bf16_r8: crate::elem::Bf16, 8, AnyGeometry;
+    decode_stream_fixed_bf16_r4_n128_p64_na32: crate::elem::Bf16, 4, FixedGeometry<128, 64, 32, 0>;
 }

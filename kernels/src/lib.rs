@@ -17,6 +17,7 @@ pub mod decode_stream;
 pub mod chunked_forward;
 pub mod elem;
 pub mod frag;
+pub mod geometry;
 pub mod math;
 pub mod primitives;
 pub mod segment_state;

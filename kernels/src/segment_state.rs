@@ -30,12 +30,14 @@ use crate::angles::{reduced_f32, wrap_two_pi_f64};
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, smem_base, st_shared_f32, sync_threads, thread_x,
 };
-use crate::chunked_forward::split_f64;
 #[cfg(target_arch = "nvptx64")]
-use crate::chunked_forward::{chunked_forward_pass, AnyGeometry, FixedGeometry};
+use crate::chunked_forward::chunked_forward_pass;
+use crate::chunked_forward::split_f64;
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::Elem;
+#[cfg(target_arch = "nvptx64")]
+use crate::geometry::{AnyGeometry, FixedGeometry};
 use crate::math::sincos;
 #[cfg(target_arch = "nvptx64")]
 use mamba3_abi::ForwardParams;
