@@ -26,12 +26,13 @@ use emulation::{arch, elem, frag, math, smem, warp_reduce};
 #[path = "../kernels/src/angles.rs"]
 mod angles;
 
-// Device code indexes register arrays in unrolled loops on purpose; host lints do not apply.
-#[path = "../kernels/src/chunked_forward.rs"]
-mod chunked_forward;
-#[allow(clippy::all)]
 #[path = "../kernels/src/geometry.rs"]
 mod geometry;
+
+// Device code indexes register arrays in unrolled loops on purpose; host lints do not apply.
+#[allow(clippy::all)]
+#[path = "../kernels/src/chunked_forward.rs"]
+mod chunked_forward;
 
 #[allow(clippy::all)]
 #[path = "../kernels/src/segment_state.rs"]
