@@ -215,10 +215,19 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
             let sm = gpu.sm_count();
             let auto = config.path(tokens, sm);
             let mut paths = vec![None];
+            // Streaming also with twice and half the automatic rows per warp (its split is a
+            // tuning choice: fewer, longer warps repeat the per-(b, h) prologue less often).
+            let stream_rows = config.streaming_rows_per_warp(sm);
             let others = [
                 DecodePath::SharedTile,
                 DecodePath::Streaming {
-                    rows_per_warp: config.streaming_rows_per_warp(sm),
+                    rows_per_warp: stream_rows,
+                },
+                DecodePath::Streaming {
+                    rows_per_warp: (2 * stream_rows).min(config.head_dim as u32),
+                },
+                DecodePath::Streaming {
+                    rows_per_warp: (stream_rows / 2).max(1),
                 },
                 DecodePath::RegisterResident {
                     rows_per_warp: config.rows_per_warp(sm),
@@ -229,7 +238,11 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
                     DecodePath::RegisterResident { .. } => config.register_resident(),
                     _ => true,
                 };
-                if path != auto && worth && config.check_path(path, tokens).is_ok() {
+                if path != auto
+                    && worth
+                    && !paths.contains(&Some(path))
+                    && config.check_path(path, tokens).is_ok()
+                {
                     paths.push(Some(path));
                 }
             }

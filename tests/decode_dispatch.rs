@@ -25,22 +25,42 @@ fn reference(batch: usize) -> DecodeConfig {
     }
 }
 
+/// The reference geometry with Na = 16: no fixed-geometry instantiation, the general kernels.
+fn general(batch: usize) -> DecodeConfig {
+    DecodeConfig {
+        num_angles: 16,
+        ..reference(batch)
+    }
+}
+
 #[test]
 fn small_batches_run_the_register_resident_kernel() {
     assert_eq!(
         reference(1).dispatch_paths::<half::bf16>(2),
+        ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
+    );
+    assert_eq!(
+        general(1).dispatch_paths::<half::bf16>(2),
         ["decode_rows_bf16_r4"]
     );
     assert_eq!(
         reference(2).dispatch_paths::<f32>(2),
-        ["decode_rows_f32_r4"]
+        ["decode_rows_fixed_f32_r4_n128_p64_na32"]
     );
+    assert_eq!(general(2).dispatch_paths::<f32>(2), ["decode_rows_f32_r4"]);
     assert_eq!(REGISTER_RESIDENT_MAX_SEQUENCE_HEADS, 128);
     assert_eq!(
         reference(3).dispatch_paths::<half::bf16>(2),
+        ["decode_fixed_bf16_r4_n128_p64_na32"]
+    );
+    assert_eq!(
+        general(3).dispatch_paths::<half::bf16>(2),
         ["decode_bf16_r4"]
     );
-    assert_eq!(reference(256).dispatch_paths::<f32>(2), ["decode_f32_r4"]);
+    assert_eq!(
+        reference(256).dispatch_paths::<f32>(2),
+        ["decode_fixed_f32_r4_n128_p64_na32"]
+    );
     // Outside its geometry: N not a multiple of 4, N above 128, fused norm over more than 32 rows.
     for c in [
         DecodeConfig {
@@ -58,7 +78,13 @@ fn small_batches_run_the_register_resident_kernel() {
         },
     ] {
         assert!(!c.register_resident(), "{c:?}");
-        assert_eq!(c.dispatch_paths::<half::bf16>(2), ["decode_bf16_r4"]);
+        // The fused-norm case keeps the fixed geometry: its shared-tile instantiation runs.
+        let shared = if c.mode == OutputMode::FusedNorm {
+            "decode_fixed_bf16_r4_n128_p64_na32"
+        } else {
+            "decode_bf16_r4"
+        };
+        assert_eq!(c.dispatch_paths::<half::bf16>(2), [shared]);
         let (r, n, p, na) = (
             c.rank as u32,
             c.state_dim as u32,
@@ -103,41 +129,60 @@ fn rows_spread_over_the_sms_at_small_batch() {
 #[test]
 fn one_token_at_many_sequence_heads_streams() {
     use mamba3::decode::DecodePath;
-    // From 1024 sequence-heads a one-token call streams; several tokens keep the shared tile,
+    // From 512 sequence-heads a one-token call streams; several tokens keep the shared tile,
     // and so do fewer sequence-heads above the register-resident kernel's 128.
-    assert_eq!(STREAMING_MIN_SEQUENCE_HEADS, 1024);
+    assert_eq!(STREAMING_MIN_SEQUENCE_HEADS, 512);
     assert_eq!(
-        reference(16).dispatch_paths::<half::bf16>(1),
+        reference(8).dispatch_paths::<half::bf16>(1),
+        ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
+    );
+    assert_eq!(
+        general(8).dispatch_paths::<half::bf16>(1),
         ["decode_stream_bf16_r4"]
     );
-    assert_eq!(reference(15).dispatch_paths::<f32>(1), ["decode_f32_r4"]);
+    assert_eq!(
+        reference(7).dispatch_paths::<f32>(1),
+        ["decode_fixed_f32_r4_n128_p64_na32"]
+    );
+    // f32 streaming has no fixed instantiation (register budget): the general kernel.
     assert_eq!(
         reference(256).dispatch_paths::<f32>(1),
         ["decode_stream_f32_r4"]
     );
-    assert_eq!(reference(256).dispatch_paths::<f32>(8), ["decode_f32_r4"]);
+    assert_eq!(
+        reference(256).dispatch_paths::<f32>(8),
+        ["decode_fixed_f32_r4_n128_p64_na32"]
+    );
     // Few sequence-heads stay on the register-resident kernel whatever T.
     assert_eq!(
         reference(2).dispatch_paths::<half::bf16>(1),
-        ["decode_rows_bf16_r4"]
+        ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
     );
-    // Batch 256 on 132 SMs: 16384 warps of all 64 rows already exceed 16 per SM.
+    // The row split aims for 8 warps per SM (1056 on 132 SMs). Batch 256: 16384 warps of all
+    // 64 rows.
     assert_eq!(
         reference(256).path(1, 132),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
-    // Batch 4 (256 sequence-heads, pinned): 64 → 32 → 16 → 8 rows give 256 … 2048 warps,
-    // under 16·132 = 2112; 4 rows (4096 warps) is the floor.
-    assert_eq!(reference(4).streaming_rows_per_warp(132), 4);
-    // Batch 16: 64 → 32 rows give 1024, 2048 warps; 16 rows 4096.
+    // Batch 4 (256 sequence-heads, pinned): 64 → 32 → 16 rows give 256 … 1024 warps; 8 rows
+    // (2048 warps) reach the target.
+    assert_eq!(reference(4).streaming_rows_per_warp(132), 8);
+    // Batch 2 (pinned): 4 rows (2048 warps) is also the floor.
+    assert_eq!(reference(2).streaming_rows_per_warp(132), 4);
+    // Batch 8: 64 → 32 rows give 512, 1024 warps; 16 rows 2048.
     assert_eq!(
-        reference(16).path(1, 132),
+        reference(8).path(1, 132),
         DecodePath::Streaming { rows_per_warp: 16 }
     );
-    // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps, 32 rows 4096.
+    // Batch 16: 64 rows give 1024 warps; 32 rows 2048.
+    assert_eq!(
+        reference(16).path(1, 132),
+        DecodePath::Streaming { rows_per_warp: 32 }
+    );
+    // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps.
     assert_eq!(
         reference(32).path(1, 132),
-        DecodePath::Streaming { rows_per_warp: 32 }
+        DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Fused norm, N above 128 or N not a multiple of 4: not streamable.
     for c in [

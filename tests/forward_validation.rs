@@ -417,6 +417,19 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
     assert_eq!(
         dispatch_paths_with_workspace(&base, 132),
         vec![
+            "segment_state_fixed_bf16_r4_n128_p64_na32_c16",
+            "segment_combine_f32",
+            "forward_fixed_bf16_r4_n128_p64_na32_c16"
+        ]
+    );
+    // Another chunk size: no fixed-geometry instantiation, the rank's general kernels.
+    let general = ForwardConfig {
+        chunk_size: 32,
+        ..base
+    };
+    assert_eq!(
+        dispatch_paths_with_workspace(&general, 132),
+        vec![
             "segment_state_bf16_r4",
             "segment_combine_f32",
             "forward_fma_bf16_r4"

@@ -38,15 +38,18 @@ pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 
 /// Fewest sequence-heads B·H for which a one-token call runs the streaming kernel.
 ///
-/// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph-replayed µs per token): at B = 8
-/// (512 sequence-heads) the shared-tile kernel takes 25.0 against the streaming kernel's 34.3
-/// (eight rows per warp: each warp forms q̂ and k̂ for few rows); at B = 32 (2048) streaming takes
-/// 61.9 against 89.8, and at B = 256 388 against 682.
-pub const STREAMING_MIN_SEQUENCE_HEADS: usize = 1024;
+/// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, fixed-geometry kernels, graph-replayed µs
+/// per token): at B = 8 (512 sequence-heads) streaming with 16 rows per warp takes 20.3 against
+/// the shared-tile kernel's 22.4 (with 8 rows per warp, each warp forming q̂ and k̂ for few rows,
+/// 28.4); at B = 32 (2048) 51.1 against 80.2, and at B = 256 364 against 601.
+pub const STREAMING_MIN_SEQUENCE_HEADS: usize = 512;
 
 /// Warps per SM the streaming kernel's row split aims for: below it a warp's rows are halved
-/// (down to [`STREAMING_MIN_ROWS_PER_WARP`]) so that few sequence-heads still fill the GPU.
-pub const STREAMING_WARPS_PER_SM: usize = 16;
+/// (down to [`STREAMING_MIN_ROWS_PER_WARP`]) so that few sequence-heads still fill the GPU. Half
+/// of the 16 resident warp slots: longer warps repeat the per-(b, h) prologue less often, and
+/// measured faster (B = 32: one warp of 64 rows per sequence-head, 2048 warps, 51.1 µs against
+/// 55.4 with 32 rows; B = 8: 16 rows 20.3 against 8 rows 28.4).
+pub const STREAMING_WARPS_PER_SM: usize = 8;
 
 /// Fewest state rows a warp of the streaming kernel is given (each warp forms q̂ and k̂ of its
 /// columns itself, so very short row ranges would repeat that work for little state).

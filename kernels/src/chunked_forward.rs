@@ -868,6 +868,35 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
                     *zv = X::load(prm.z, if item < total { iz } else { 0 });
                 }
             }
+            // When P divides the block size, the four items share their column p: its mimo_z,
+            // mimo_o and norm weights are loaded once for all four.
+            let same_p = T.is_multiple_of(cx.p);
+            let p0 = (item0 % cx.p) as usize;
+            let (mut mz, mut mo) = ([0.0f32; R], [1.0f32; R]);
+            if same_p && item0 < total {
+                for r in 0..R {
+                    if has_z {
+                        mz[r] = ldg(prm.mimo_z, (cx.h * R + r) * p + p0);
+                    }
+                    if prm.mode != output_mode::PREREDUCE {
+                        mo[r] = ldg(prm.mimo_o, (cx.h * R + r) * p + p0);
+                    }
+                }
+            }
+            let mimo_z = |r: usize, pp: u32| {
+                if same_p {
+                    mz[r]
+                } else {
+                    ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize)
+                }
+            };
+            let mimo_o = |r: usize, pp: u32| {
+                if same_p {
+                    mo[r]
+                } else {
+                    ldg(prm.mimo_o, (cx.h * R + r) * p + pp as usize)
+                }
+            };
             // One closure call per item with a constant index keeps `zs` in registers (a loop
             // over it is not unrolled, its body being large).
             let finish = |u: u32, zv: f32| {
@@ -882,7 +911,7 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
                                 cx.sm(lay.y, (i * R as u32 + r as u32) * lay.p4 + pp),
                             );
                             if has_z {
-                                y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
+                                y *= silu(zv * mimo_z(r, pp));
                             }
                             X::store(
                                 prm.out,
@@ -904,9 +933,9 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
                                 y *= ld_shared_f32(cx.sm(lay.rstd, rho)) * w;
                             }
                             if has_z {
-                                y *= silu(zv * ldg(prm.mimo_z, (cx.h * R + r) * p + pp as usize));
+                                y *= silu(zv * mimo_z(r, pp));
                             }
-                            out = fma_rn(y, ldg(prm.mimo_o, (cx.h * R + r) * p + pp as usize), out);
+                            out = fma_rn(y, mimo_o(r, pp), out);
                         }
                         X::store(prm.out, (tok * cx.heads + cx.h) * p + pp as usize, out);
                     }
@@ -1054,47 +1083,69 @@ unsafe fn phase_scores_mma<const R: usize>(cx: &Ctx, len: u32) {
     }
 }
 
-/// Phase D on tensor cores: `y = exp(A_i)·q̂ Sᵀ + W x + D·x` per 16×16 (row, p) block, one warp
-/// per block. q̂ and W come TF32-rounded from `ldmatrix`; the state is loaded the same way and
-/// rounded in registers (it stays f32 in shared memory); x, stored p-contiguous, is read element
-/// by element from per-lane base addresses.
+/// Phase D on tensor cores: `y = exp(A_i)·q̂ Sᵀ + W x + D·x` per (16-row block, group of `8·TN`
+/// p columns), one warp per item. q̂ and W come TF32-rounded from `ldmatrix` (one A fragment feeds
+/// all `TN` tiles); the state is loaded the same way and rounded in registers (it stays f32 in
+/// shared memory); x, stored p-contiguous, is read element by element from per-lane base
+/// addresses.
 #[inline(always)]
 unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
+    // SAFETY: forwarded. Four tiles per group where they divide P; two at R = 8 (registers).
+    unsafe {
+        if R < 8 && cx.p.is_multiple_of(32) {
+            phase_outputs_mma_groups::<R, 4>(cx, len, d_h)
+        } else {
+            phase_outputs_mma_groups::<R, 2>(cx, len, d_h)
+        }
+    }
+}
+
+/// [`phase_outputs_mma`] with groups of `TN` (even) 8-wide p tiles (`8·TN` divides P).
+#[inline(always)]
+unsafe fn phase_outputs_mma_groups<const R: usize, const TN: usize>(cx: &Ctx, len: u32, d_h: f32) {
     let lay = &cx.lay;
     let ns = lay.n_stride;
     let ws = lay.w_stride;
     let p4 = lay.p4;
     let (warp, lane) = (cx.tid / 32, cx.tid % 32);
     let live = (len * R as u32).div_ceil(16);
-    let pb = cx.p / 16;
+    let width = 8 * TN as u32;
+    let pg = cx.p / width;
     // This lane's (k, n) of the B operand: x rows k and k + 4, column n of each 8-wide tile.
     let (xk, xn) = b_k8n8_tf32(lane, 0);
     // SAFETY (whole body): rows < 16·live, p < P and n < N lie inside the staged regions; the
     // weighted scores of blocks kb ≤ mb were written by phase C; all lanes take the same items.
     unsafe {
         let mut item = warp;
-        while item < live * pb {
-            let mb = item / pb;
-            let nb = item - mb * pb;
-            let mut acc = [[0.0f32; 4]; 2];
+        while item < live * pg {
+            let mb = item / pg;
+            let nb = item - mb * pg;
+            let mut acc = [[0.0f32; 4]; TN];
             let a_row = a_rows_tf32(cx.sm(lay.q, 16 * mb * ns), ns, lane);
-            let b_row = b_rows_tf32(cx.sm(lay.state, 16 * nb * ns), ns, lane);
+            let b_row = b_rows_tf32(cx.sm(lay.state, width * nb * ns), ns, lane);
             let mut kk = 0;
             while kk < cx.n {
                 let a = ldmatrix_x4(a_row + 4 * kk);
-                let s = ldmatrix_x4(b_row + 4 * kk).map(tf32_bits);
-                mma_m16n8k8_tf32_f32(&mut acc[0], a, [s[0], s[1]]);
-                mma_m16n8k8_tf32_f32(&mut acc[1], a, [s[2], s[3]]);
+                for pair in 0..TN / 2 {
+                    let s = ldmatrix_x4(b_row + 4 * (16 * pair as u32 * ns + kk)).map(tf32_bits);
+                    mma_m16n8k8_tf32_f32(&mut acc[2 * pair], a, [s[0], s[1]]);
+                    mma_m16n8k8_tf32_f32(&mut acc[2 * pair + 1], a, [s[2], s[3]]);
+                }
                 kk += 8;
             }
+            // Rows r and r + 8 of the block (accumulator slots 0, 1 and 2, 3).
+            let (r0, _) = acc_m16n8(lane, 0);
+            let decay = [
+                ld_shared_f32(cx.sm(lay.exp_a, (16 * mb + r0) / R as u32)),
+                ld_shared_f32(cx.sm(lay.exp_a, (16 * mb + r0 + 8) / R as u32)),
+            ];
             for acc_t in acc.iter_mut() {
                 for (slot, v) in acc_t.iter_mut().enumerate() {
-                    let (r, _) = acc_m16n8(lane, slot as u32);
-                    *v *= ld_shared_f32(cx.sm(lay.exp_a, (16 * mb + r) / R as u32));
+                    *v *= decay[slot / 2];
                 }
             }
             let w_row = a_rows_tf32(cx.sm(lay.w, 16 * mb * ws), ws, lane);
-            let x_lane = cx.sm(lay.x, xk * p4 + 16 * nb + xn);
+            let x_lane = cx.sm(lay.x, xk * p4 + width * nb + xn);
             let mut kb = 0;
             while kb <= mb {
                 for half in 0..2u32 {
@@ -1114,7 +1165,7 @@ unsafe fn phase_outputs_mma<const R: usize>(cx: &Ctx, len: u32, d_h: f32) {
             for (t, acc_t) in acc.iter().enumerate() {
                 for (slot, v) in acc_t.iter().enumerate() {
                     let (r, c) = acc_m16n8(lane, slot as u32);
-                    let at = (16 * mb + r) * p4 + 16 * nb + 8 * t as u32 + c;
+                    let at = (16 * mb + r) * p4 + width * nb + 8 * t as u32 + c;
                     let x = ld_shared_f32(cx.sm(lay.x, at));
                     st_shared_f32(cx.sm(lay.y, at), fma_rn(d_h, x, *v));
                 }
