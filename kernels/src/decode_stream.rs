@@ -283,8 +283,12 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             sync_warp();
 
             // --- The group's rows: update and read-out, row copies kept DEPTH ahead ---
+            // This lane's quads of q̂ (read once per row pair, shared by both rows).
+            let load_q = || -> [[f32; 4]; R] {
+                core::array::from_fn(|r| ld_shared_v4_f32(at(sm, lay.q_rot, (r as u32 * 32 + lane) * 4)))
+            };
             // Row `j` of the group: scale, rank-2R update, this lane's R read-out partial sums.
-            let step = |mut s: [f32; 4], j: u32| {
+            let step = |mut s: [f32; 4], j: u32, q: &[[f32; 4]; R]| {
                 let w_row = w_base + j * 4 * w_stride;
                 let mut w = [0.0f32; 16];
                 for c in 0..(2 * R).div_ceil(4) {
@@ -303,9 +307,8 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 }
                 let mut acc = [0.0f32; R];
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let q = ld_shared_v4_f32(at(sm, lay.q_rot, (r as u32 * 32 + lane) * 4));
                     for e in 0..4 {
-                        *a = fma_rn(s[e], q[e], *a);
+                        *a = fma_rn(s[e], q[r][e], *a);
                     }
                 }
                 (s, acc)
@@ -323,8 +326,9 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 // are adjacent.
                 let slot = ring_slot(row);
                 wait_group::<{ DEPTH as u32 - 2 }>();
-                let (s0, acc0) = step(ld_shared_v4_f32(slot), j);
-                let (s1, acc1) = step(ld_shared_v4_f32(slot + SLOT_BYTES), j + 1);
+                let q = load_q();
+                let (s0, acc0) = step(ld_shared_v4_f32(slot), j, &q);
+                let (s1, acc1) = step(ld_shared_v4_f32(slot + SLOT_BYTES), j + 1, &q);
                 let y = warp_reduce::sum_transposed_pair(acc0, acc1, lane);
                 if lane % pair_spread == 0 {
                     st_shared_f32(y_pair + 4 * j, y);
@@ -342,7 +346,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 let row = done + j;
                 let slot = ring_slot(row);
                 wait_group::<{ DEPTH as u32 - 1 }>();
-                let (s, acc) = step(ld_shared_v4_f32(slot), j);
+                let (s, acc) = step(ld_shared_v4_f32(slot), j, &load_q());
                 let y = warp_reduce::sum_transposed(acc, lane);
                 if lane % spread == 0 {
                     st_shared_f32(y_single + 4 * j, y);
