@@ -553,15 +553,19 @@ mod tests {
         );
     }
 
+    /// How entry-point symbols spell an activation dtype.
+    fn symbol_dtype(dtype: crate::Dtype) -> &'static str {
+        match dtype {
+            crate::Dtype::F32 => "f32",
+            crate::Dtype::Bf16 => "bf16",
+        }
+    }
+
     #[test]
     fn fixed_forward_rows_name_their_geometry_and_match_only_it() {
-        use crate::Dtype;
         for row in FIXED_FORWARD {
             let g = row.geometry;
-            let dtype = match row.dtype {
-                Dtype::F32 => "f32",
-                Dtype::Bf16 => "bf16",
-            };
+            let dtype = symbol_dtype(row.dtype);
             let suffix = format!(
                 "{dtype}_r{}_n{}_p{}_na{}_c{}",
                 g.rank, g.state_dim, g.head_dim, g.num_angles, g.chunk
@@ -585,13 +589,9 @@ mod tests {
 
     #[test]
     fn fixed_decode_rows_name_their_geometry_and_match_only_it() {
-        use crate::Dtype;
         for row in FIXED_DECODE {
             let g = row.geometry;
-            let dtype = match row.dtype {
-                Dtype::F32 => "f32",
-                Dtype::Bf16 => "bf16",
-            };
+            let dtype = symbol_dtype(row.dtype);
             let suffix = format!(
                 "fixed_{dtype}_r{}_n{}_p{}_na{}",
                 g.rank, g.state_dim, g.head_dim, g.num_angles
