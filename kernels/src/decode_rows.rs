@@ -107,29 +107,56 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         // prologue issues all of its own before its first barrier.
         // --- Small states: θ (a thread per angle, in a register for the whole call), k̂_prev ---
         let mut theta = if tid < na { ld_global_f32(gf(prm.theta, bh * na + tid)) } else { 0.0 };
-        let mut i = tid;
-        while i < k_stride {
-            let (r, c) = (i / n, i % n);
-            let k = X::load(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize);
-            st_shared_f32(at(sm, lay.k_rot, i), k);
-            let bias = (h * r_count + r) * n + c;
-            st_shared_f32(at(sm, lay.bias, i), ld_global_nc_f32(gf(prm.q_bias, bias)));
-            st_shared_f32(at(sm, lay.bias + k_stride, i), ld_global_nc_f32(gf(prm.k_bias, bias)));
-            i += THREADS;
-        }
-        // --- Per-row parameters of the block's rows: mimo_v, mimo_z, mimo_o·norm weight ---
         let row_items = rows_here * r_count;
         let (p_mimo_v, p_mimo_z, p_out_w) = (lay.row_params, lay.row_params + row_items, lay.row_params + 2 * row_items);
+        // Every setup load of a round is issued before its shared-memory stores, so a round costs
+        // one memory latency: k̂_prev and both biases of two items per thread, and the per-row
+        // parameters (mimo_v, mimo_z, mimo_o·norm weight) of one.
+        let mut i = tid;
         let mut item = tid;
-        while item < row_items {
-            let (i, r) = (item / r_count, item % r_count);
-            let g = (h * r_count + r) * p + first_row + i;
-            st_shared_f32(at(sm, p_mimo_v, item), ld_global_nc_f32(gf(prm.mimo_v, g)));
-            let mz = if has_z { ld_global_nc_f32(gf(prm.mimo_z, g)) } else { 0.0 };
-            st_shared_f32(at(sm, p_mimo_z, item), mz);
-            let mo = if prm.mimo_o != 0 { ld_global_nc_f32(gf(prm.mimo_o, g)) } else { 1.0 };
-            let w = if norm { ld_global_nc_f32(gf(prm.norm_weight, h * p + first_row + i)) } else { 1.0 };
-            st_shared_f32(at(sm, p_out_w, item), w * mo);
+        while i < k_stride || item < row_items {
+            let mut kv = [[0.0f32; 3]; 2];
+            for (u, v) in kv.iter_mut().enumerate() {
+                let e = i + u as u32 * THREADS;
+                if e < k_stride {
+                    let (r, c) = (e / n, e % n);
+                    let bias = (h * r_count + r) * n + c;
+                    *v = [
+                        X::load(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize),
+                        ld_global_nc_f32(gf(prm.q_bias, bias)),
+                        ld_global_nc_f32(gf(prm.k_bias, bias)),
+                    ];
+                }
+            }
+            let mut rp = [0.0f32, 0.0, 1.0, 1.0];
+            if item < row_items {
+                let (ri, r) = (item / r_count, item % r_count);
+                let g = (h * r_count + r) * p + first_row + ri;
+                rp[0] = ld_global_nc_f32(gf(prm.mimo_v, g));
+                if has_z {
+                    rp[1] = ld_global_nc_f32(gf(prm.mimo_z, g));
+                }
+                if prm.mimo_o != 0 {
+                    rp[2] = ld_global_nc_f32(gf(prm.mimo_o, g));
+                }
+                if norm {
+                    rp[3] = ld_global_nc_f32(gf(prm.norm_weight, h * p + first_row + ri));
+                }
+            }
+            for (u, v) in kv.iter().enumerate() {
+                let e = i + u as u32 * THREADS;
+                if e < k_stride {
+                    st_shared_f32(at(sm, lay.k_rot, e), v[0]);
+                    st_shared_f32(at(sm, lay.bias, e), v[1]);
+                    st_shared_f32(at(sm, lay.bias + k_stride, e), v[2]);
+                }
+            }
+            if item < row_items {
+                st_shared_f32(at(sm, p_mimo_v, item), rp[0]);
+                st_shared_f32(at(sm, p_mimo_z, item), rp[1]);
+                st_shared_f32(at(sm, p_out_w, item), rp[3] * rp[2]);
+            }
+            i += 2 * THREADS;
             item += THREADS;
         }
         let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
