@@ -217,13 +217,14 @@ fn run_emulated(
             num_angles: g.num_angles,
         },
     );
-    let fixed = row.is_some_and(|row| {
-        let chosen = match kernel {
-            Kernel::Shared => row.shared_tile,
-            Kernel::Rows(_) => row.register_resident,
-            Kernel::Stream(_) => row.streaming,
-        };
-        chosen.symbol().contains("_fixed_")
+    // A row may name the rank's general kernel for a family (f32 streaming): fixed only when
+    // the row's kernel differs from it.
+    let fixed = row.is_some_and(|row| match kernel {
+        Kernel::Shared => Some(row.shared_tile) != mamba3::Kernel::decode(dtype, g.rank),
+        Kernel::Rows(_) => {
+            Some(row.register_resident) != mamba3::Kernel::decode_rows(dtype, g.rank)
+        }
+        Kernel::Stream(_) => Some(row.streaming) != mamba3::Kernel::decode_stream(dtype, g.rank),
     });
     assert!(
         !fixed || (g.rank, g.state_dim, g.head_dim, g.num_angles) == (4, 128, 64, 32),

@@ -15,10 +15,9 @@ pub trait Geometry {
     /// (N, P, Na): the constants when fixed, else the launch parameters given.
     #[inline(always)]
     fn dims(n: u32, p: u32, na: u32) -> (u32, u32, u32) {
-        match Self::DIMS {
-            Some([n, p, na]) => (n, p, na),
-            None => (n, p, na),
-        }
+        Self::DIMS.map_or((n, p, na), |[fixed_n, fixed_p, fixed_na]| {
+            (fixed_n, fixed_p, fixed_na)
+        })
     }
 
     /// C: the constant when fixed, else the launch parameter given.
