@@ -387,6 +387,11 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         min_blocks_per_sm: 1,
     },
     LaunchBounds {
+        prefix: "forward_",
+        max_threads: FORWARD_THREADS,
+        min_blocks_per_sm: 1,
+    },
+    LaunchBounds {
         prefix: "segment_combine",
         max_threads: SEGMENT_COMBINE_THREADS,
         min_blocks_per_sm: 1,

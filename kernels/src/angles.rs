@@ -6,8 +6,11 @@
 //! the sum is exact to ~1e-13 over any practical length, so the only error left is the final
 //! rounding of the (reduced) angle to f32 before `sincos`.
 
+use crate::arch::float::{fma_rn_f64, rcp_approx};
+
 /// `e^y` in f64 for `0 ≤ y ≤ 64`, relative error ~2e-16: `y = k·ln 2 + r` with a two-part
-/// `ln 2`, then a degree-13 Taylor polynomial on `|r| ≤ ln 2 / 2` and a power-of-two scale.
+/// `ln 2`, then a degree-13 Taylor polynomial on `|r| ≤ ln 2 / 2` in fused multiply-adds, and a
+/// power-of-two scale.
 #[inline(always)]
 pub fn exp_f64(y: f64) -> f64 {
     // fdlibm's split: LN2_HI has its low 32 bits clear, so k·LN2_HI is exact for |k| < 2^20.
@@ -15,9 +18,9 @@ pub fn exp_f64(y: f64) -> f64 {
     const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
     const INV_LN2: f64 = core::f64::consts::LOG2_E;
     // y ≥ 0, so truncation after adding 0.5 rounds to nearest.
-    let k = (y * INV_LN2 + 0.5) as i64;
+    let k = fma_rn_f64(y, INV_LN2, 0.5) as i64;
     let kf = k as f64;
-    let r = (y - kf * LN2_HI) - kf * LN2_LO;
+    let r = fma_rn_f64(-kf, LN2_LO, fma_rn_f64(-kf, LN2_HI, y));
     // Σ_{j ≤ 13} r^j / j!, Horner from the highest power.
     const INV_FACT: [f64; 14] = [
         1.0,
@@ -39,9 +42,20 @@ pub fn exp_f64(y: f64) -> f64 {
     let mut j = 13;
     while j > 0 {
         j -= 1;
-        p = p * r + INV_FACT[j];
+        p = fma_rn_f64(p, r, INV_FACT[j]);
     }
     p * f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+/// `1/d` in f64 for `1 ≤ d < 2^100`, within an ulp: an f32 reciprocal seed (relative error
+/// ~2^-23) refined by two Newton steps (2^-46, then below f64 rounding), each two fused
+/// multiply-adds. Replaces the IEEE division, whose slow path is a called subroutine that forces
+/// registers to the stack around it.
+#[inline(always)]
+pub fn recip_f64(d: f64) -> f64 {
+    let mut y = rcp_approx(d as f32) as f64;
+    y = fma_rn_f64(y, fma_rn_f64(-d, y, 1.0), y);
+    fma_rn_f64(y, fma_rn_f64(-d, y, 1.0), y)
 }
 
 /// `tanh x` in f64 with an absolute error of a few 1e-16 (`1 − 2/(e^{2|x|} + 1)`, sign restored;
@@ -52,7 +66,7 @@ pub fn tanh_f64(x: f64) -> f64 {
     let t = if a > 20.0 {
         1.0
     } else {
-        1.0 - 2.0 / (exp_f64(2.0 * a) + 1.0)
+        1.0 - 2.0 * recip_f64(exp_f64(2.0 * a) + 1.0)
     };
     if x.is_nan() {
         x

@@ -48,8 +48,8 @@ use crate::arch::float::fma_rn;
 use crate::arch::ldmatrix::ldmatrix_x4;
 use crate::arch::mma::mma_m16n8k8_tf32_f32;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, smem_base, st_shared_f32,
-    sync_threads, thread_x,
+    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32, smem_base,
+    st_shared_f32, st_shared_v2_f32, sync_threads, thread_x,
 };
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
@@ -284,6 +284,148 @@ unsafe fn x_from_stage<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx, l
     }
 }
 
+/// Whether phase B takes [`qk_lane_pairs`]: every row a warp visits has the same rank (the warp
+/// count is a multiple of R), one pass of 32 lanes covers N (N ≤ 128, a multiple of 4), and the
+/// angle pairs of a lane are one 8-byte `cos`/`sin` load (Na even).
+#[inline(always)]
+fn lane_pair_path<const R: usize>(cx: &Ctx) -> bool {
+    cx.staged
+        && row_staging::<R>()
+        && (T / 32).is_multiple_of(R as u32)
+        && cx.n.is_multiple_of(4)
+        && cx.n <= 128
+        && cx.na.is_multiple_of(2)
+}
+
+/// The two element pairs `(a, a + 1)` and `(b, b + 1)` of q and k that lane `l < N/4` owns in
+/// [`qk_lane_pairs`]: rotation pairs `(a, b)` and `(a + 1, b + 1)` in the half-split convention,
+/// `(a, a + 1)` and `(b, b + 1)` in the pairwise one; their angles are `2l` and `2l + 1` either way.
+#[inline(always)]
+fn lane_pair_columns(n: u32, half_split: bool, lane: u32) -> (u32, u32) {
+    if half_split {
+        (2 * lane, n / 2 + 2 * lane)
+    } else {
+        (4 * lane, 4 * lane + 2)
+    }
+}
+
+/// This lane's q and k biases for [`qk_lane_pairs`] (columns of [`lane_pair_columns`] in the order
+/// a, a + 1, b, b + 1), loaded once per block: the warp's rank never changes.
+#[derive(Clone, Copy)]
+struct LaneBias {
+    q: [f32; 4],
+    k: [f32; 4],
+}
+
+/// Loads [`LaneBias`] (zeros where [`lane_pair_path`] does not apply or the lane owns no columns).
+#[inline(always)]
+unsafe fn lane_bias<const R: usize>(prm: &ForwardParams, cx: &Ctx) -> LaneBias {
+    let lane = cx.tid % 32;
+    let mut bias = LaneBias {
+        q: [0.0; 4],
+        k: [0.0; 4],
+    };
+    if lane_pair_path::<R>(cx) && lane < cx.n / 4 {
+        let r = (cx.tid / 32) as usize % R;
+        let (a, b) = lane_pair_columns(cx.n, prm.rotation == rotation::HALF_SPLIT, lane);
+        let base = (cx.h * R + r) * cx.n as usize;
+        for (u, col) in [a, a + 1, b, b + 1].into_iter().enumerate() {
+            // SAFETY: column < N of this head's rank-r bias row.
+            unsafe {
+                bias.q[u] = ldg(prm.q_bias, base + col as usize);
+                bias.k[u] = ldg(prm.k_bias, base + col as usize);
+            }
+        }
+    }
+    bias
+}
+
+/// Elements `col` and `col + 1` (`col` even) of a raw staged row at shared byte address `row`.
+#[inline(always)]
+unsafe fn ld_raw2<X: Elem>(row: u32, col: u32) -> [f32; 2] {
+    // SAFETY (whole body): forwarded to the caller; rows are 16-byte aligned, so the 8-byte f32
+    // pair is aligned.
+    unsafe {
+        if X::BYTES == 4 {
+            ld_shared_v2_f32(row + 4 * col)
+        } else {
+            let w = ld_shared_u32(row + 2 * col);
+            [f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000)]
+        }
+    }
+}
+
+/// Phase B's q̂ and k̂ from the staging region when [`lane_pair_path`] holds: one warp per row ρ,
+/// each lane two element pairs of q and of k (one word or 8-byte load each), its biases from
+/// registers ([`LaneBias`]) and 8-byte stores. Same arithmetic as [`qk_from_stage`].
+#[inline(always)]
+unsafe fn qk_lane_pairs<const R: usize, X: Elem, const Q: bool>(
+    prm: &ForwardParams,
+    cx: &Ctx,
+    len: u32,
+    tf32: bool,
+    bias: &LaneBias,
+) {
+    let lay = &cx.lay;
+    let half_split = prm.rotation == rotation::HALF_SPLIT;
+    let ns = lay.n_stride;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    if lane >= cx.n / 4 {
+        return;
+    }
+    let (a, b) = lane_pair_columns(cx.n, half_split, lane);
+    let j = 2 * lane;
+    // SAFETY (whole body): rows < cp·R and columns < N lie inside the q̂/k̂ regions and the staged
+    // rows; angle pairs (j, j + 1) < Na start at even, 8-byte aligned elements.
+    unsafe {
+        let mut rho = warp;
+        while rho < lay.rows {
+            let i = rho / R as u32;
+            let mut q = [0.0f32; 4];
+            let mut k = [0.0f32; 4];
+            if i < len {
+                let k_row = cx.raw + cx.stage.k + rho * cx.stage.n_row;
+                let (ka, kb) = (ld_raw2::<X>(k_row, a), ld_raw2::<X>(k_row, b));
+                k = [ka[0], ka[1], kb[0], kb[1]];
+                if Q {
+                    let q_row = cx.raw + cx.stage.q + rho * cx.stage.n_row;
+                    let (qa, qb) = (ld_raw2::<X>(q_row, a), ld_raw2::<X>(q_row, b));
+                    q = [qa[0], qa[1], qb[0], qb[1]];
+                }
+                for u in 0..4 {
+                    q[u] += bias.q[u];
+                    k[u] += bias.k[u];
+                }
+                if j < cx.na {
+                    let c = ld_shared_v2_f32(cx.sm(lay.cos, i * cx.na + j));
+                    let s = ld_shared_v2_f32(cx.sm(lay.sin, i * cx.na + j));
+                    // Element slots of the two rotation pairs (see `lane_pair_columns`).
+                    let pairs = if half_split {
+                        [(0, 2), (1, 3)]
+                    } else {
+                        [(0, 1), (2, 3)]
+                    };
+                    for (m, (x, y)) in pairs.into_iter().enumerate() {
+                        (q[x], q[y]) = rotate_pair(q[x], q[y], c[m], s[m]);
+                        (k[x], k[y]) = rotate_pair(k[x], k[y], c[m], s[m]);
+                    }
+                }
+            }
+            if tf32 {
+                q = q.map(tf32_round);
+                k = k.map(tf32_round);
+            }
+            if Q {
+                st_shared_v2_f32(cx.sm(lay.q, rho * ns + a), [q[0], q[1]]);
+                st_shared_v2_f32(cx.sm(lay.q, rho * ns + b), [q[2], q[3]]);
+            }
+            st_shared_v2_f32(cx.sm(lay.k, rho * ns + a), [k[0], k[1]]);
+            st_shared_v2_f32(cx.sm(lay.k, rho * ns + b), [k[2], k[3]]);
+            rho += T / 32;
+        }
+    }
+}
+
 /// Phase B's q̂ and k̂ from the staging region: one warp per row ρ, lanes along the rotation
 /// pairs (same arithmetic as the unstaged loop of [`phase_stage_qk`]).
 #[inline(always)]
@@ -501,6 +643,7 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
     c0: usize,
     len: u32,
     tf32: bool,
+    bias: &LaneBias,
 ) {
     let lay = &cx.lay;
     let half = cx.n / 2;
@@ -511,7 +654,10 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
     unsafe {
         // Four (row, pair) items per step with their loads issued together (invalid ones read
         // element 0 and are discarded).
-        let total = if cx.staged && row_staging::<R>() {
+        let total = if lane_pair_path::<R>(cx) {
+            qk_lane_pairs::<R, X, Q>(prm, cx, len, tf32, bias);
+            0
+        } else if cx.staged && row_staging::<R>() {
             qk_from_stage::<R, X, Q>(prm, cx, len, tf32);
             0
         } else {
@@ -1470,6 +1616,7 @@ pub unsafe fn chunked_forward_pass<
     // SAFETY (whole body): the launch contract; every phase is separated by block barriers.
     unsafe {
         let d_h = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
+        let bias = lane_bias::<R>(prm, &cx);
         if cx.staged && t_begin < t_end {
             stage_raw::<X, R>(prm, &cx, t_begin as usize, (t_end - t_begin).min(chunk32));
         }
@@ -1515,9 +1662,9 @@ pub unsafe fn chunked_forward_pass<
             sync_threads();
             let mma = use_mma::<X>(&cx);
             if STATES_ONLY {
-                phase_stage_qk::<X, R, false>(prm, &cx, c0, len, mma);
+                phase_stage_qk::<X, R, false>(prm, &cx, c0, len, mma, &bias);
             } else {
-                phase_stage_qk::<X, R, true>(prm, &cx, c0, len, mma);
+                phase_stage_qk::<X, R, true>(prm, &cx, c0, len, mma, &bias);
             }
             sync_threads();
             // The staging region is free from here to the end of the chunk: fetch the next one.

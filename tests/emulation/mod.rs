@@ -162,6 +162,12 @@ pub mod arch {
         pub fn exp2_approx(a: f32) -> f32 {
             a.exp2()
         }
+        pub fn fma_rn_f64(a: f64, b: f64, c: f64) -> f64 {
+            a.mul_add(b, c)
+        }
+        pub fn rcp_approx(a: f32) -> f32 {
+            1.0 / a
+        }
         pub fn sqrt_rn(a: f32) -> f32 {
             a.sqrt()
         }
@@ -411,6 +417,20 @@ pub mod arch {
         pub unsafe fn st_shared_v4_f32(addr: u32, v: [f32; 4]) {
             if !addr.is_multiple_of(16) {
                 super::super::fail(format!("unaligned 16-byte shared store at {addr}"));
+            }
+            for (k, x) in v.iter().enumerate() {
+                super::super::smem_write(addr + 4 * k as u32, x.to_bits());
+            }
+        }
+        pub unsafe fn ld_shared_v2_f32(addr: u32) -> [f32; 2] {
+            if !addr.is_multiple_of(8) {
+                super::super::fail(format!("unaligned 8-byte shared load at {addr}"));
+            }
+            [0, 1].map(|k| f32::from_bits(super::super::smem_read(addr + 4 * k)))
+        }
+        pub unsafe fn st_shared_v2_f32(addr: u32, v: [f32; 2]) {
+            if !addr.is_multiple_of(8) {
+                super::super::fail(format!("unaligned 8-byte shared store at {addr}"));
             }
             for (k, x) in v.iter().enumerate() {
                 super::super::smem_write(addr + 4 * k as u32, x.to_bits());

@@ -36,6 +36,29 @@ pub fn to_tf32(a: f32) -> u32 {
     d
 }
 
+/// `fma.rn.f64` (PTX ISA §9.7.3.6): `a·b + c` in f64, rounded once (one `DFMA` where the
+/// compiler would otherwise emit a multiply and an add: rustc does not contract `a * b + c`).
+#[inline(always)]
+pub fn fma_rn_f64(a: f64, b: f64, c: f64) -> f64 {
+    let d: f64;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!("fma.rn.f64 {d}, {a}, {b}, {c};", d = out(reg64) d, a = in(reg64) a, b = in(reg64) b,
+             c = in(reg64) c, options(pure, nomem, nostack))
+    };
+    d
+}
+
+/// `rcp.approx.ftz.f32` (PTX ISA §9.7.3.13): 1/a, maximum error 1 ulp; a seed for Newton steps
+/// (the IEEE division has a slow path that the compiler calls as a subroutine).
+#[inline(always)]
+pub fn rcp_approx(a: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe { asm!("rcp.approx.ftz.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    d
+}
+
 /// `ex2.approx.ftz.f32` (PTX ISA §9.7.3.21): 2^a, maximum relative error about 2^-22.
 #[inline(always)]
 pub fn exp2_approx(a: f32) -> f32 {

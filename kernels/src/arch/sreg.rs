@@ -146,6 +146,34 @@ pub unsafe fn ld_shared_v4_f32(addr: u32) -> [f32; 4] {
     [a, b, c, d]
 }
 
+/// `ld.shared.v2.f32` at a shared-space address (PTX ISA §9.7.9.8).
+///
+/// # Safety
+/// `addr` must be 8-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v2_f32(addr: u32) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    // SAFETY: the caller guarantees the address is in bounds and aligned.
+    unsafe {
+        asm!("ld.shared.v2.f32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b,
+             p = in(reg32) addr, options(nostack, readonly))
+    };
+    [a, b]
+}
+
+/// `st.shared.v2.f32` at a shared-space address (PTX ISA §9.7.9.10).
+///
+/// # Safety
+/// `addr` must be 8-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v2_f32(addr: u32, v: [f32; 2]) {
+    // SAFETY: the caller guarantees the address is in bounds and aligned.
+    unsafe {
+        asm!("st.shared.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg32) addr, a = in(reg32) v[0],
+             b = in(reg32) v[1], options(nostack))
+    };
+}
+
 /// `st.shared.b16` at a shared-space address (PTX ISA §9.7.9.10).
 ///
 /// # Safety
