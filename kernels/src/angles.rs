@@ -6,7 +6,7 @@
 //! the sum is exact to ~1e-13 over any practical length, so the only error left is the final
 //! rounding of the (reduced) angle to f32 before `sincos`.
 
-use crate::arch::float::{fma_rn_f64, rcp_approx};
+use crate::arch::float::{fma_rn, fma_rn_f64, rcp_approx};
 
 /// `e^y` in f64 for `0 ≤ y ≤ 64`, relative error ~2e-16: `y = k·ln 2 + r` with a two-part
 /// `ln 2`, then a degree-13 Taylor polynomial on `|r| ≤ ln 2 / 2` in fused multiply-adds, and a
@@ -112,8 +112,8 @@ pub fn reduced_f32(x: f64) -> f32 {
 }
 
 /// The pair `(a, b)` rotated by the angle whose cosine and sine are `c` and `s`:
-/// `(a·c − b·s, a·s + b·c)`, the rotation of spec §1 applied to one (ia, ib) pair of q or k.
+/// `(a·c − b·s, a·s + b·c)` (one product of each rounded, the other fused), the rotation of spec §1 applied to one (ia, ib) pair of q or k.
 #[inline(always)]
 pub fn rotate_pair(a: f32, b: f32, c: f32, s: f32) -> (f32, f32) {
-    (a * c - b * s, a * s + b * c)
+    (fma_rn(a, c, -(b * s)), fma_rn(a, s, b * c))
 }

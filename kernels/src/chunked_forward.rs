@@ -58,7 +58,7 @@ use crate::frag::{a_m16k8_tf32, acc_m16n8, b_k8n8_tf32, ldmatrix_x4_tf32_a, ldma
 use crate::geometry::Geometry;
 #[cfg(target_arch = "nvptx64")]
 use crate::geometry::{AnyGeometry, FixedGeometry};
-use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
+use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp, sincos};
 use crate::smem::{at, ld_shared_f64, st_shared_f64};
 use crate::warp_reduce;
 
@@ -160,6 +160,7 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
     cx: &Ctx,
     c0: usize,
     len: u32,
+    lane_prm: &LaneParams,
 ) {
     let lay = &cx.lay;
     // SAFETY (whole body): indices stay inside the launch contract's shapes and the layout.
@@ -175,9 +176,9 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
                 let tr = X::load(prm.trap, cx.row + t);
                 if u < len {
                     st_shared_f32(cx.sm(lay.adt, u), ldg(prm.adt, cx.row + t));
-                    st_shared_f32(cx.sm(lay.gamma, u), sigmoid(tr) * dt);
+                    st_shared_f32(cx.sm(lay.gamma, u), sigmoid_rcp(tr) * dt);
                 }
-                st_shared_f32(cx.sm(lay.eps, u), dt * sigmoid(-tr));
+                st_shared_f32(cx.sm(lay.eps, u), dt * sigmoid_rcp(-tr));
             } else {
                 st_shared_f32(cx.sm(lay.eps, u), 0.0);
             }
@@ -203,6 +204,10 @@ unsafe fn phase_scalars_angles_x<X: Elem, const R: usize>(
             e += T;
         }
 
+        if x_pair_path::<R>(cx) {
+            x_lane_pairs::<X, R>(cx, len, lane_prm.mimo_v);
+            return;
+        }
         if cx.staged && row_staging::<R>() {
             x_from_stage::<X, R>(prm, cx, len);
             return;
@@ -284,6 +289,35 @@ unsafe fn x_from_stage<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx, l
     }
 }
 
+/// Phase A's x = v ⊙ mimo_v from the staging region when [`x_pair_path`] holds: one warp per row
+/// ρ, each lane columns 2l and 2l + 1 (one word or 8-byte load, weights from registers, one 8-byte
+/// store); zero in padding rows and columns.
+#[inline(always)]
+unsafe fn x_lane_pairs<X: Elem, const R: usize>(cx: &Ctx, len: u32, mimo_v: [f32; 2]) {
+    let lay = &cx.lay;
+    let (warp, lane) = (cx.tid / 32, cx.tid % 32);
+    let col = 2 * lane;
+    if col >= lay.p4 {
+        return;
+    }
+    // SAFETY (whole body): rows < cp·R and columns < p4 lie inside the x region and the staged
+    // rows; p4 and the region start are multiples of 4, so the pair is 8-byte aligned.
+    unsafe {
+        let mut rho = warp;
+        while rho < lay.rows {
+            let i = rho / R as u32;
+            let val = if i < len && col < cx.p {
+                let v = ld_raw2::<X>(cx.raw + cx.stage.v + i * cx.stage.p_row, col);
+                [v[0] * mimo_v[0], v[1] * mimo_v[1]]
+            } else {
+                [0.0; 2]
+            };
+            st_shared_v2_f32(cx.sm(lay.x, rho * lay.p4 + col), val);
+            rho += T / 32;
+        }
+    }
+}
+
 /// Whether phase B takes [`qk_lane_pairs`]: every row a warp visits has the same rank (the warp
 /// count is a multiple of R), one pass of 32 lanes covers N (N ≤ 128, a multiple of 4), and the
 /// angle pairs of a lane are one 8-byte `cos`/`sin` load (Na even).
@@ -309,24 +343,41 @@ fn lane_pair_columns(n: u32, half_split: bool, lane: u32) -> (u32, u32) {
     }
 }
 
-/// This lane's q and k biases for [`qk_lane_pairs`] (columns of [`lane_pair_columns`] in the order
-/// a, a + 1, b, b + 1), loaded once per block: the warp's rank never changes.
+/// This lane's per-head parameters for the lane-pair paths, loaded once per block (the warp's rank
+/// never changes): the q and k biases of [`qk_lane_pairs`] (columns of [`lane_pair_columns`] in the
+/// order a, a + 1, b, b + 1) and the `mimo_v` weights of columns 2l, 2l + 1 for [`x_lane_pairs`].
 #[derive(Clone, Copy)]
-struct LaneBias {
+struct LaneParams {
     q: [f32; 4],
     k: [f32; 4],
+    mimo_v: [f32; 2],
 }
 
-/// Loads [`LaneBias`] (zeros where [`lane_pair_path`] does not apply or the lane owns no columns).
+/// Whether phase A's x takes [`x_lane_pairs`]: ranks fixed per warp as for [`lane_pair_path`], and
+/// one pass of 32 lanes, two columns each, covers an even P.
 #[inline(always)]
-unsafe fn lane_bias<const R: usize>(prm: &ForwardParams, cx: &Ctx) -> LaneBias {
+fn x_pair_path<const R: usize>(cx: &Ctx) -> bool {
+    lane_pair_path::<R>(cx) && cx.p.is_multiple_of(2) && cx.p <= 64
+}
+
+/// Loads [`LaneParams`] (zeros where a path does not apply or the lane owns no columns).
+#[inline(always)]
+unsafe fn lane_params<const R: usize>(prm: &ForwardParams, cx: &Ctx) -> LaneParams {
     let lane = cx.tid % 32;
-    let mut bias = LaneBias {
+    let r = (cx.tid / 32) as usize % R;
+    let mut bias = LaneParams {
         q: [0.0; 4],
         k: [0.0; 4],
+        mimo_v: [0.0; 2],
     };
+    if x_pair_path::<R>(cx) && 2 * lane < cx.p {
+        let base = (cx.h * R + r) * cx.p as usize + 2 * lane as usize;
+        // SAFETY: columns 2l + 1 < P of this head's rank-r weight row.
+        unsafe {
+            bias.mimo_v = [ldg(prm.mimo_v, base), ldg(prm.mimo_v, base + 1)];
+        }
+    }
     if lane_pair_path::<R>(cx) && lane < cx.n / 4 {
-        let r = (cx.tid / 32) as usize % R;
         let (a, b) = lane_pair_columns(cx.n, prm.rotation == rotation::HALF_SPLIT, lane);
         let base = (cx.h * R + r) * cx.n as usize;
         for (u, col) in [a, a + 1, b, b + 1].into_iter().enumerate() {
@@ -364,7 +415,7 @@ unsafe fn qk_lane_pairs<const R: usize, X: Elem, const Q: bool>(
     cx: &Ctx,
     len: u32,
     tf32: bool,
-    bias: &LaneBias,
+    bias: &LaneParams,
 ) {
     let lay = &cx.lay;
     let half_split = prm.rotation == rotation::HALF_SPLIT;
@@ -643,7 +694,7 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
     c0: usize,
     len: u32,
     tf32: bool,
-    bias: &LaneBias,
+    bias: &LaneParams,
 ) {
     let lay = &cx.lay;
     let half = cx.n / 2;
@@ -991,6 +1042,7 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
     cx: &Ctx,
     c0: usize,
     len: u32,
+    column: &ColumnParams<R>,
 ) {
     let lay = &cx.lay;
     let p = cx.p as usize;
@@ -1017,9 +1069,9 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
             // When P divides the block size, the four items share their column p: its mimo_z,
             // mimo_o and norm weights are loaded once for all four.
             let same_p = T.is_multiple_of(cx.p);
-            let p0 = (item0 % cx.p) as usize;
-            let (mut mz, mut mo) = ([0.0f32; R], [1.0f32; R]);
-            if same_p && item0 < total {
+            let (mut mz, mut mo) = (column.mimo_z, column.mimo_o);
+            if same_p && !column_params_cached::<R>() && item0 < total {
+                let p0 = (item0 % cx.p) as usize;
                 for r in 0..R {
                     if has_z {
                         mz[r] = ldg(prm.mimo_z, (cx.h * R + r) * p + p0);
@@ -1057,7 +1109,7 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
                                 cx.sm(lay.y, (i * R as u32 + r as u32) * lay.p4 + pp),
                             );
                             if has_z {
-                                y *= silu(zv * mimo_z(r, pp));
+                                y *= silu_rcp(zv * mimo_z(r, pp));
                             }
                             X::store(
                                 prm.out,
@@ -1079,7 +1131,7 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
                                 y *= ld_shared_f32(cx.sm(lay.rstd, rho)) * w;
                             }
                             if has_z {
-                                y *= silu(zv * mimo_z(r, pp));
+                                y *= silu_rcp(zv * mimo_z(r, pp));
                             }
                             out = fma_rn(y, mimo_o(r, pp), out);
                         }
@@ -1094,6 +1146,46 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
             item0 += 4 * T;
         }
     }
+}
+
+/// The `mimo_z` and `mimo_o` weights of this thread's output column `p = tid mod P`, loaded once per
+/// block: when P divides the block size every output item of the thread has that column, every
+/// chunk (zeros and ones otherwise, and for the weights a mode does not use).
+#[derive(Clone, Copy)]
+struct ColumnParams<const R: usize> {
+    mimo_z: [f32; R],
+    mimo_o: [f32; R],
+}
+
+/// Whether [`ColumnParams`] are loaded once per block: not at R = 8, whose 16 live weights would
+/// spill; phase F then loads them once per chunk.
+#[inline(always)]
+const fn column_params_cached<const R: usize>() -> bool {
+    R <= 4
+}
+
+/// Loads [`ColumnParams`].
+#[inline(always)]
+unsafe fn column_params<const R: usize>(prm: &ForwardParams, cx: &Ctx) -> ColumnParams<R> {
+    let mut column = ColumnParams {
+        mimo_z: [0.0; R],
+        mimo_o: [1.0; R],
+    };
+    if column_params_cached::<R>() && T.is_multiple_of(cx.p) {
+        let (p, p0) = (cx.p as usize, (cx.tid % cx.p) as usize);
+        for r in 0..R {
+            // SAFETY: column p0 < P of this head's rank-r weight rows.
+            unsafe {
+                if prm.z != 0 {
+                    column.mimo_z[r] = ldg(prm.mimo_z, (cx.h * R + r) * p + p0);
+                }
+                if prm.mode != output_mode::PREREDUCE {
+                    column.mimo_o[r] = ldg(prm.mimo_o, (cx.h * R + r) * p + p0);
+                }
+            }
+        }
+    }
+    column
 }
 
 /// Phase F, second half: `S ← exp(A_last)·S + Σ_ρ exp(Ā_i)·c_i·x_ρ k̂_ρᵀ` over 4×4 (p, n) tiles.
@@ -1616,7 +1708,8 @@ pub unsafe fn chunked_forward_pass<
     // SAFETY (whole body): the launch contract; every phase is separated by block barriers.
     unsafe {
         let d_h = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
-        let bias = lane_bias::<R>(prm, &cx);
+        let lane_prm = lane_params::<R>(prm, &cx);
+        let column = column_params::<R>(prm, &cx);
         if cx.staged && t_begin < t_end {
             stage_raw::<X, R>(prm, &cx, t_begin as usize, (t_end - t_begin).min(chunk32));
         }
@@ -1644,7 +1737,7 @@ pub unsafe fn chunked_forward_pass<
         while c0u < t_end {
             let len = (t_end - c0u).min(chunk32);
             let c0 = c0u as usize;
-            phase_scalars_angles_x::<X, R>(prm, &cx, c0, len);
+            phase_scalars_angles_x::<X, R>(prm, &cx, c0, len, &lane_prm);
             sync_threads();
             phase_token_scalars(&cx, len);
             let par_angles = parallel_angles(&cx, len);
@@ -1662,9 +1755,9 @@ pub unsafe fn chunked_forward_pass<
             sync_threads();
             let mma = use_mma::<X>(&cx);
             if STATES_ONLY {
-                phase_stage_qk::<X, R, false>(prm, &cx, c0, len, mma, &bias);
+                phase_stage_qk::<X, R, false>(prm, &cx, c0, len, mma, &lane_prm);
             } else {
-                phase_stage_qk::<X, R, true>(prm, &cx, c0, len, mma, &bias);
+                phase_stage_qk::<X, R, true>(prm, &cx, c0, len, mma, &lane_prm);
             }
             sync_threads();
             // The staging region is free from here to the end of the chunk: fetch the next one.
@@ -1689,7 +1782,7 @@ pub unsafe fn chunked_forward_pass<
                     phase_rstd::<R>(&cx, len, prm.norm_eps);
                     sync_threads();
                 }
-                phase_store_outputs::<X, R>(prm, &cx, c0, len);
+                phase_store_outputs::<X, R>(prm, &cx, c0, len, &column);
             } else if cx.tid == 0 {
                 decay *= ld_shared_f32(cx.sm(lay.exp_a, len - 1));
             }

@@ -5,7 +5,7 @@
 //! Every `extern "ptx-kernel"` entry point is listed in [`primitives`] (self-test kernels) and the
 //! kernel-family modules.
 #![no_std]
-#![feature(abi_ptx, asm_experimental_arch, stdarch_nvptx)]
+#![feature(abi_ptx, asm_experimental_arch, core_intrinsics, stdarch_nvptx)]
 #![allow(internal_features)]
 
 pub mod angles;

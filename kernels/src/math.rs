@@ -53,6 +53,21 @@ pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
+/// [`sigmoid`] with the reciprocal by `rcp.approx` (1 ulp; the denominator is at least 1, so
+/// flushing subnormals changes nothing): the IEEE division's slow path is a called subroutine that
+/// costs instructions at every use. The forward's per-element gates take it; the register-capped
+/// decode kernels keep [`sigmoid`] (the reciprocal's extra live range makes one of them spill).
+#[inline(always)]
+pub fn sigmoid_rcp(x: f32) -> f32 {
+    crate::arch::float::rcp_approx(1.0 + exp(-x))
+}
+
+/// `x·σ(x)` through [`sigmoid_rcp`].
+#[inline(always)]
+pub fn silu_rcp(x: f32) -> f32 {
+    x * sigmoid_rcp(x)
+}
+
 /// `tanh x` with an absolute error of a few 1e-8 (not `tanh.approx.f32`, whose 2^-11 relative
 /// error would show in cumulative angles): `1 − 2/(e^{2|x|} + 1)` with the sign restored.
 #[inline(always)]

@@ -38,15 +38,11 @@ pub fn to_tf32(a: f32) -> u32 {
 
 /// `fma.rn.f64` (PTX ISA §9.7.3.6): `a·b + c` in f64, rounded once (one `DFMA` where the
 /// compiler would otherwise emit a multiply and an add: rustc does not contract `a * b + c`).
+/// Through LLVM's `fma` intrinsic rather than `asm!`, so that constant operands stay immediates or
+/// constant-bank operands instead of being moved into registers at every use.
 #[inline(always)]
 pub fn fma_rn_f64(a: f64, b: f64, c: f64) -> f64 {
-    let d: f64;
-    // SAFETY: register-only arithmetic.
-    unsafe {
-        asm!("fma.rn.f64 {d}, {a}, {b}, {c};", d = out(reg64) d, a = in(reg64) a, b = in(reg64) b,
-             c = in(reg64) c, options(pure, nomem, nostack))
-    };
-    d
+    core::intrinsics::fmaf64(a, b, c)
 }
 
 /// `rcp.approx.ftz.f32` (PTX ISA §9.7.3.13): 1/a, maximum error 1 ulp; a seed for Newton steps
