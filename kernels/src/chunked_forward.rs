@@ -365,7 +365,7 @@ fn x_pair_path<const R: usize>(cx: &Ctx) -> bool {
 unsafe fn lane_params<const R: usize>(prm: &ForwardParams, cx: &Ctx) -> LaneParams {
     let lane = cx.tid % 32;
     let r = (cx.tid / 32) as usize % R;
-    let mut bias = LaneParams {
+    let mut params = LaneParams {
         q: [0.0; 4],
         k: [0.0; 4],
         mimo_v: [0.0; 2],
@@ -374,7 +374,7 @@ unsafe fn lane_params<const R: usize>(prm: &ForwardParams, cx: &Ctx) -> LanePara
         let base = (cx.h * R + r) * cx.p as usize + 2 * lane as usize;
         // SAFETY: columns 2l + 1 < P of this head's rank-r weight row.
         unsafe {
-            bias.mimo_v = [ldg(prm.mimo_v, base), ldg(prm.mimo_v, base + 1)];
+            params.mimo_v = [ldg(prm.mimo_v, base), ldg(prm.mimo_v, base + 1)];
         }
     }
     if lane_pair_path::<R>(cx) && lane < cx.n / 4 {
@@ -383,12 +383,12 @@ unsafe fn lane_params<const R: usize>(prm: &ForwardParams, cx: &Ctx) -> LanePara
         for (u, col) in [a, a + 1, b, b + 1].into_iter().enumerate() {
             // SAFETY: column < N of this head's rank-r bias row.
             unsafe {
-                bias.q[u] = ldg(prm.q_bias, base + col as usize);
-                bias.k[u] = ldg(prm.k_bias, base + col as usize);
+                params.q[u] = ldg(prm.q_bias, base + col as usize);
+                params.k[u] = ldg(prm.k_bias, base + col as usize);
             }
         }
     }
-    bias
+    params
 }
 
 /// Elements `col` and `col + 1` (`col` even) of a raw staged row at shared byte address `row`.
@@ -408,14 +408,14 @@ unsafe fn ld_raw2<X: Elem>(row: u32, col: u32) -> [f32; 2] {
 
 /// Phase B's q̂ and k̂ from the staging region when [`lane_pair_path`] holds: one warp per row ρ,
 /// each lane two element pairs of q and of k (one word or 8-byte load each), its biases from
-/// registers ([`LaneBias`]) and 8-byte stores. Same arithmetic as [`qk_from_stage`].
+/// registers ([`LaneParams`]) and 8-byte stores. Same arithmetic as [`qk_from_stage`].
 #[inline(always)]
 unsafe fn qk_lane_pairs<const R: usize, X: Elem, const Q: bool>(
     prm: &ForwardParams,
     cx: &Ctx,
     len: u32,
     tf32: bool,
-    bias: &LaneParams,
+    params: &LaneParams,
 ) {
     let lay = &cx.lay;
     let half_split = prm.rotation == rotation::HALF_SPLIT;
@@ -444,8 +444,8 @@ unsafe fn qk_lane_pairs<const R: usize, X: Elem, const Q: bool>(
                     q = [qa[0], qa[1], qb[0], qb[1]];
                 }
                 for u in 0..4 {
-                    q[u] += bias.q[u];
-                    k[u] += bias.k[u];
+                    q[u] += params.q[u];
+                    k[u] += params.k[u];
                 }
                 if j < cx.na {
                     let c = ld_shared_v2_f32(cx.sm(lay.cos, i * cx.na + j));
@@ -694,7 +694,7 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
     c0: usize,
     len: u32,
     tf32: bool,
-    bias: &LaneParams,
+    lane_prm: &LaneParams,
 ) {
     let lay = &cx.lay;
     let half = cx.n / 2;
@@ -706,7 +706,7 @@ unsafe fn phase_stage_qk<X: Elem, const R: usize, const Q: bool>(
         // Four (row, pair) items per step with their loads issued together (invalid ones read
         // element 0 and are discarded).
         let total = if lane_pair_path::<R>(cx) {
-            qk_lane_pairs::<R, X, Q>(prm, cx, len, tf32, bias);
+            qk_lane_pairs::<R, X, Q>(prm, cx, len, tf32, lane_prm);
             0
         } else if cx.staged && row_staging::<R>() {
             qk_from_stage::<R, X, Q>(prm, cx, len, tf32);
@@ -1066,8 +1066,9 @@ unsafe fn phase_store_outputs<X: Elem, const R: usize>(
                     *zv = X::load(prm.z, if item < total { iz } else { 0 });
                 }
             }
-            // When P divides the block size, the four items share their column p: its mimo_z,
-            // mimo_o and norm weights are loaded once for all four.
+            // When P divides the block size, the four items share their column p: its mimo_z and
+            // mimo_o come from `column` (loaded once per block), or at R = 8 are loaded here once
+            // for all four.
             let same_p = T.is_multiple_of(cx.p);
             let (mut mz, mut mo) = (column.mimo_z, column.mimo_o);
             if same_p && !column_params_cached::<R>() && item0 < total {
