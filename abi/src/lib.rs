@@ -380,7 +380,8 @@ pub struct LaunchBounds {
 
 /// Launch bounds of every kernel family that declares them (first matching row wins).
 pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
-    // The forward's segment-state pass: one block per SM is the shared-memory limit anyway.
+    // The chunked forward and its segment-state pass: one block per SM is the shared-memory limit
+    // anyway; the bound only fixes the block size.
     LaunchBounds {
         prefix: "segment_state_",
         max_threads: FORWARD_THREADS,

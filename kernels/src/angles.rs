@@ -112,7 +112,8 @@ pub fn reduced_f32(x: f64) -> f32 {
 }
 
 /// The pair `(a, b)` rotated by the angle whose cosine and sine are `c` and `s`:
-/// `(a·c − b·s, a·s + b·c)` (one product of each rounded, the other fused), the rotation of spec §1 applied to one (ia, ib) pair of q or k.
+/// `(a·c − b·s, a·s + b·c)` (one product of each rounded, the other fused), the rotation of spec §1
+/// applied to one (ia, ib) pair of q or k.
 #[inline(always)]
 pub fn rotate_pair(a: f32, b: f32, c: f32, s: f32) -> (f32, f32) {
     (fma_rn(a, c, -(b * s)), fma_rn(a, s, b * c))
