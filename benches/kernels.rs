@@ -232,6 +232,14 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
                 DecodePath::RegisterResident {
                     rows_per_warp: config.rows_per_warp(sm),
                 },
+                // The register-resident split, too, is a tuning choice: fewer, longer blocks
+                // repeat the per-(b, h) staging and token prologue less often.
+                DecodePath::RegisterResident {
+                    rows_per_warp: 2 * config.rows_per_warp(sm),
+                },
+                DecodePath::RegisterResident {
+                    rows_per_warp: (config.rows_per_warp(sm) / 2).max(1),
+                },
             ];
             for path in others {
                 let worth = match path {

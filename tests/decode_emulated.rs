@@ -26,6 +26,11 @@ use emulation::{arch, elem, math, smem, warp_reduce, Memory};
 
 // Device code indexes register arrays in unrolled loops on purpose; host lints do not apply. Not
 // reformatted from here: the kernels crate has its own style.
+// The decode kernels use the angle helpers, not the rotation of pairs.
+#[allow(dead_code)]
+#[path = "../kernels/src/angles.rs"]
+mod angles;
+
 // The decode kernels have no chunk size: the chunk half of the trait is unused here.
 #[allow(dead_code)]
 #[path = "../kernels/src/geometry.rs"]
@@ -46,7 +51,7 @@ mod decode_rows;
 #[path = "../kernels/src/decode_stream.rs"]
 mod decode_stream;
 
-/// Tokens of the golden prefix that produces the starting state.
+/// Tokens of the golden prefix that produces the starting state, unless a case says otherwise.
 const PREFIX: usize = 2;
 
 /// Rounds a state to its device storage: θ reduced into [0, 2π) and f32, ssm f32, k and v in the
@@ -81,6 +86,8 @@ struct Case {
     has_z: bool,
     has_d: bool,
     bf16: bool,
+    /// Tokens of the golden prefix that produces the starting state (0: the zero state).
+    prefix: usize,
 }
 
 /// Worst normalized errors of one case.
@@ -91,6 +98,8 @@ struct Errors {
     theta: f64,
     k: f64,
     v: f64,
+    /// The call's conditioning (`common::step_rounding_spread`), not an error.
+    spread: f64,
 }
 
 impl Errors {
@@ -304,7 +313,7 @@ fn run_emulated(
 fn check(case: Case, seed: u64, kernel: Kernel) -> Errors {
     let geometry = Mamba3Geometry {
         batch: case.batch,
-        seq_len: PREFIX + case.tokens,
+        seq_len: case.prefix + case.tokens,
         rank: case.rank,
         groups: case.groups,
         heads: case.heads,
@@ -324,19 +333,28 @@ fn check(case: Case, seed: u64, kernel: Kernel) -> Errors {
     } else {
         quantize::<f32>(&mut all);
     }
-    let mut state = golden::forward_recurrent(&all.token_slice(0, PREFIX).unwrap())
-        .unwrap()
-        .final_states;
+    let mut state = if case.prefix == 0 {
+        FinalStates::zeros(&all.geometry).unwrap()
+    } else {
+        golden::forward_recurrent(&all.token_slice(0, case.prefix).unwrap())
+            .unwrap()
+            .final_states
+    };
     quantize_state(&mut state, case.bf16);
-    let call = all.token_slice(PREFIX, PREFIX + case.tokens).unwrap();
+    let call = all
+        .token_slice(case.prefix, case.prefix + case.tokens)
+        .unwrap();
     let (out, ours) = run_emulated(&call, &state, case.bf16, kernel);
+    let before = state.clone();
     let want = golden::step(&call, &mut state).unwrap();
+    let spread = common::step_rounding_spread(&call, &before, &want);
     let e = Errors {
         out: rel_err(&out, &want),
         ssm: rel_err(&ours.ssm, &state.ssm),
         theta: angle_rel_err(&ours.theta, &state.theta),
         k: rel_err(&ours.k, &state.k),
         v: rel_err(&ours.v, &state.v),
+        spread,
     };
     eprintln!(
         "emulated decode {kernel:?} {} {case:?}: error out {:.2e} ssm {:.2e} theta {:.2e} k {:.2e} v {:.2e}",
@@ -347,7 +365,8 @@ fn check(case: Case, seed: u64, kernel: Kernel) -> Errors {
         e.k,
         e.v
     );
-    let tol = if case.bf16 { 1e-2 } else { 2e-6 };
+    // Raised for an ill-conditioned call only (see `common::ROUNDINGS`).
+    let tol = (if case.bf16 { 1e-2 } else { 2e-6f64 }).max(common::ROUNDINGS * spread);
     assert!(
         e.worst() <= tol,
         "worst error {:e} above {tol:e} for {case:?}: {e:?}",
@@ -389,6 +408,7 @@ fn case(
         has_z,
         has_d,
         bf16,
+        prefix: PREFIX,
     }
 }
 
@@ -436,6 +456,38 @@ fn emulated_decode_matches_golden_step_on_small_geometries() {
         worst[0],
         worst[1],
         cases.len()
+    );
+}
+
+/// A call whose f32 error sits above the plain 2e-6 bound in any float32 evaluation (found by the
+/// GPU's random geometries): at the first token from a zero state, rank 1, every output of a head
+/// is the cancelling dot product q̂·k̂ times a row factor, and with `mean(y²)` below the norm's
+/// epsilon the fused norm passes that product on scaled by `1/√ε`. The bound for such a call is
+/// `ROUNDINGS` times its rounding spread (4.0e-7 here, against ~1.5e-7 for the other cases).
+#[test]
+fn emulated_decode_bound_follows_the_conditioning_of_a_cancelling_head() {
+    let cancelling = Case {
+        batch: 2,
+        heads: 8,
+        prefix: 0,
+        ..case(
+            1,
+            150,
+            34,
+            8,
+            3,
+            Rotation::HalfSplit,
+            OutputMode::FusedNorm,
+            true,
+            false,
+            false,
+        )
+    };
+    let e = check(cancelling, 742, Kernel::Shared);
+    assert!(
+        common::ROUNDINGS * e.spread > 2e-6,
+        "the case is no longer ill-conditioned (spread {:e}): it does not test the raised bound",
+        e.spread
     );
 }
 

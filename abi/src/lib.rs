@@ -157,7 +157,7 @@ pub struct DecodeStreamSmem {
     pub q_rot: u32,
     /// Rotated k of the current token, same layout.
     pub k_rot: u32,
-    /// New angles of the lanes' columns `(32,4)`, written back by the owner at the end.
+    /// New angles `(Na)` (`Na ≤ 64`) in the state format, written back by the owner at the end.
     pub theta: u32,
     /// The lanes' copies of the next [`DECODE_STREAM_DEPTH`] state rows
     /// `(DEPTH,32,4)`, filled by `cp.async`.
@@ -317,7 +317,7 @@ pub struct DecodeSmem {
     pub y: u32,
     /// Partial read-outs of the column splits `(splits,R,P)`.
     pub y_part: u32,
-    /// Angles `(Na)`.
+    /// Angles `(Na)` as f64 (two words each), then their sines and cosines `(Na,2)`.
     pub theta: u32,
     /// Per-rank inverse RMS `(R)`.
     pub rstd: u32,
@@ -340,7 +340,7 @@ impl DecodeSmem {
         let y = z + align4(p);
         let y_part = y + align4(r * p);
         let theta = y_part + align4(decode_column_splits(p) * r * p);
-        let rstd = theta + align4(na);
+        let rstd = theta + align4(4 * na);
         let weights = rstd + align4(r);
         let row_weights = weights + align4(3 * r * p + p);
         let total = row_weights + align4(2 * r * p);

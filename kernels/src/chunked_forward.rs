@@ -42,7 +42,7 @@ use mamba3_abi::{
     output_mode, rotation, ForwardParams, ForwardSmem, ForwardStage, FORWARD_THREADS,
 };
 
-use crate::angles::{angle_increment, reduced_f32, rotate_pair, wrap_two_pi_f64};
+use crate::angles::{angle_increment, reduced_f32, rotate_pair, stored_f32, wrap_two_pi_f64};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::ldmatrix::ldmatrix_x4;
@@ -1509,12 +1509,7 @@ unsafe fn write_final_states<X: Elem, const R: usize>(
         if prm.final_theta != 0 {
             let mut j = cx.tid;
             while j < cx.na {
-                let th = ld_shared_f64(cx.sm(lay.theta, 2 * j)) as f32;
-                let th = if th >= core::f32::consts::TAU || th < 0.0 {
-                    0.0
-                } else {
-                    th
-                };
+                let th = stored_f32(ld_shared_f64(cx.sm(lay.theta, 2 * j)));
                 stg(prm.final_theta, bh * cx.na as usize + j as usize, th);
                 j += T;
             }

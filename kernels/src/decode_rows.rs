@@ -34,19 +34,22 @@ use mamba3_abi::{
 };
 
 use crate::smem::at;
+use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
     atom_add_u32, fence_acq_rel_gpu, ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_u32,
     st_global_v4_f32,
 };
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, sync_threads, thread_x,
+    block_x, block_y, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32, sync_threads,
+    thread_x,
 };
 use crate::elem::Elem;
 use crate::geometry::Geometry;
 #[cfg(target_arch = "nvptx64")]
 use crate::geometry::{AnyGeometry, FixedGeometry};
-use crate::math::{exp, rsqrt, sigmoid, silu, sincos, tanh, wrap_two_pi};
+use crate::angles::{advance, reduced_f32, stored_f32};
+use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
 use crate::warp_reduce;
 
 const THREADS: u32 = 32 * DECODE_ROWS_WARPS;
@@ -106,28 +109,35 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         // The setup issues its global loads together (one memory latency), and each token's
         // prologue issues all of its own before its first barrier.
         // --- Small states: θ (a thread per angle, in a register for the whole call), k̂_prev ---
-        let mut theta = if tid < na { ld_global_f32(gf(prm.theta, bh * na + tid)) } else { 0.0 };
+        // Angle `THREADS − 1 − tid`: the last warps own the angles, whose f64 step is a long
+        // dependency chain, so it overlaps the first warps' per-row weights.
+        let angle = THREADS - 1 - tid;
+        let mut theta = if angle < na { ld_global_f32(gf(prm.theta, bh * na + angle)) as f64 } else { 0.0 };
         let row_items = rows_here * r_count;
         let (p_mimo_v, p_mimo_z, p_out_w) = (lay.row_params, lay.row_params + row_items, lay.row_params + 2 * row_items);
-        // Every setup load of a round is issued before its shared-memory stores, so a round costs
-        // one memory latency: k̂_prev and both biases of two items per thread, and the per-row
-        // parameters (mimo_v, mimo_z, mimo_o·norm weight) of one.
-        let mut i = tid;
+        // The setup costs one memory latency: this head's biases (contiguous `(R,N)` f32 blocks)
+        // are copied by `cp.async` in 16-byte units; k̂_prev (a quad of columns per item) and the
+        // per-row parameters (mimo_v, mimo_z, mimo_o·norm weight of one (row, rank) per item)
+        // are loaded into registers, all before the shared-memory stores of a round.
+        let quads = k_stride / 4;
+        let mut u = tid;
+        while u < 2 * quads {
+            let (region, src) = if u < quads { (lay.bias, prm.q_bias) } else { (lay.bias + k_stride, prm.k_bias) };
+            let e = 4 * (u % quads);
+            cp_async_cg_16(at(sm, region, e), gf(src, h * k_stride + e) as *const u8);
+            u += THREADS;
+        }
+        commit_group();
+        let mut quad = tid;
         let mut item = tid;
-        while i < k_stride || item < row_items {
-            let mut kv = [[0.0f32; 3]; 2];
-            for (u, v) in kv.iter_mut().enumerate() {
-                let e = i + u as u32 * THREADS;
-                if e < k_stride {
-                    let (r, c) = (e / n, e % n);
-                    let bias = (h * r_count + r) * n + c;
-                    *v = [
-                        X::load(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize),
-                        ld_global_nc_f32(gf(prm.q_bias, bias)),
-                        ld_global_nc_f32(gf(prm.k_bias, bias)),
-                    ];
-                }
-            }
+        while quad < quads || item < row_items {
+            let e = 4 * quad;
+            let (r, c) = (e / n, e % n);
+            let k_prev = if quad < quads {
+                X::load4(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize)
+            } else {
+                [0.0; 4]
+            };
             let mut rp = [0.0f32, 0.0, 1.0, 1.0];
             if item < row_items {
                 let (ri, r) = (item / r_count, item % r_count);
@@ -143,26 +153,22 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                     rp[3] = ld_global_nc_f32(gf(prm.norm_weight, h * p + first_row + ri));
                 }
             }
-            for (u, v) in kv.iter().enumerate() {
-                let e = i + u as u32 * THREADS;
-                if e < k_stride {
-                    st_shared_f32(at(sm, lay.k_rot, e), v[0]);
-                    st_shared_f32(at(sm, lay.bias, e), v[1]);
-                    st_shared_f32(at(sm, lay.bias + k_stride, e), v[2]);
-                }
+            if quad < quads {
+                st_shared_v4_f32(at(sm, lay.k_rot, e), k_prev);
             }
             if item < row_items {
                 st_shared_f32(at(sm, p_mimo_v, item), rp[0]);
                 st_shared_f32(at(sm, p_mimo_z, item), rp[1]);
                 st_shared_f32(at(sm, p_out_w, item), rp[3] * rp[2]);
             }
-            i += 2 * THREADS;
+            quad += THREADS;
             item += THREADS;
         }
         let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
         let mut arrived = 0u32;
         // The staged parameters are complete before the first token (the state loads stay in
         // flight: a barrier does not wait for them).
+        wait_group::<0>();
         sync_threads();
         // --- The warp's state rows, all loads in flight at once ---
         let mut state = [[0.0f32; 4]; MAX_ROWS];
@@ -189,7 +195,8 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             let dt = ld_global_nc_f32(gf(prm.dt, scalar));
             let adt = ld_global_nc_f32(gf(prm.adt, scalar));
             let trap = X::load(prm.trap, scalar as usize);
-            let logit = if tid < na { ld_global_nc_f32(gf(prm.angles, ((b * tokens + t) * heads + h) * na + tid)) } else { 0.0 };
+            let angle = THREADS - 1 - tid;
+            let logit = if angle < na { ld_global_nc_f32(gf(prm.angles, ((b * tokens + t) * heads + h) * na + angle)) } else { 0.0 };
             // The (rank, pair) of rotation item `k` of this thread and its two columns.
             let pair_of = |k: usize| {
                 let item = tid + k as u32 * THREADS;
@@ -238,12 +245,12 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 st_shared_f32(at(sm, lay.weights, i * w_stride + r_count + r), gamma * vc * mv);
                 item += THREADS;
             }
-            // --- Angles: θ += π·tanh(logit)·Δ in [0, 2π), one sincos per angle ---
-            if tid < na {
-                theta = wrap_two_pi(theta + core::f32::consts::PI * tanh(logit) * dt);
-                let (s, c) = sincos(theta);
-                st_shared_f32(at(sm, lay.sin, tid), s);
-                st_shared_f32(at(sm, lay.cos, tid), c);
+            // --- Angles: θ += π·tanh(logit)·Δ in [0, 2π) (f64 across the call), one sincos per angle ---
+            if angle < na {
+                theta = advance(theta, logit, dt);
+                let (s, c) = sincos(reduced_f32(theta));
+                st_shared_f32(at(sm, lay.sin, angle), s);
+                st_shared_f32(at(sm, lay.cos, angle), c);
             }
             sync_threads();
             // Every thread of the block has read θ and k̂_prev (first token): arrive. The count
@@ -413,8 +420,8 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             i += THREADS;
         }
         if ld_shared_f32(at(sm, lay.owner, 0)) != 0.0 {
-            if tid < na {
-                st_global_f32(gf(prm.theta, bh * na + tid), theta);
+            if angle < na {
+                st_global_f32(gf(prm.theta, bh * na + angle), stored_f32(theta));
             }
             let last = lay.k_rot + (tokens % 2) * k_stride;
             let mut i = tid;

@@ -38,14 +38,15 @@ use crate::arch::global::{
     st_global_v4_f32,
 };
 use crate::arch::sreg::{
-    block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32, sync_warp,
-    thread_x,
+    block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, shfl_idx_f32, smem_base, st_shared_f32, st_shared_v4_f32,
+    sync_warp, thread_x,
 };
 use crate::elem::{ldg, Elem};
 use crate::geometry::Geometry;
 #[cfg(target_arch = "nvptx64")]
 use crate::geometry::{AnyGeometry, FixedGeometry};
-use crate::math::{exp, sigmoid, silu, sincos, tanh, wrap_two_pi};
+use crate::angles::{advance, reduced_f32, stored_f32};
+use crate::math::{exp, sigmoid, silu, sincos};
 use crate::smem::at;
 use crate::warp_reduce;
 
@@ -144,23 +145,36 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         let beta = (1.0 - lambda) * dt * alpha;
         let gamma = lambda * dt;
 
-        // --- The new angles of this lane's columns, their sines and cosines ---
+        // --- The new angles (lane j advances angles j and j + 32 in f64 and keeps their stored
+        // form in the warp's region), then the sines and cosines of this lane's columns by shuffles ---
         let pairwise = prm.rotation == rotation::PAIRWISE;
+        let mut angle_sincos = [(0.0f32, 1.0f32); 2];
+        for (a, sc) in angle_sincos.iter_mut().enumerate() {
+            let i = lane + 32 * a as u32;
+            if i < na {
+                let old = ld_global_f32(gf(prm.theta, bh * na + i));
+                let logit = ld_global_nc_f32(gf(prm.angles, bh * na + i));
+                let theta = advance(old as f64, logit, dt);
+                st_shared_f32(at(sm, lay.theta, i), stored_f32(theta));
+                *sc = sincos(reduced_f32(theta));
+            }
+        }
         let mut sin = [0.0f32; 4];
         let mut cos = [1.0f32; 4];
-        let mut theta = [0.0f32; 4];
-        if active {
-            for e in 0..4 {
-                let c = col + e as u32;
-                let i = if pairwise { c / 2 } else { c % half_n };
-                if i < na {
-                    let old = ld_global_f32(gf(prm.theta, bh * na + i));
-                    let logit = ld_global_nc_f32(gf(prm.angles, bh * na + i));
-                    theta[e] = wrap_two_pi(old + core::f32::consts::PI * tanh(logit) * dt);
-                    (sin[e], cos[e]) = sincos(theta[e]);
+        for e in 0..4 {
+            let c = load_col + e as u32;
+            let i = if pairwise { c / 2 } else { c % half_n };
+            let from = i % 32;
+            let (mut s, mut c) = (shfl_idx_f32(angle_sincos[0].0, from), shfl_idx_f32(angle_sincos[0].1, from));
+            if na > 32 {
+                let (s1, c1) = (shfl_idx_f32(angle_sincos[1].0, from), shfl_idx_f32(angle_sincos[1].1, from));
+                if i >= 32 {
+                    (s, c) = (s1, c1);
                 }
             }
-            st_shared_v4_f32(at(sm, lay.theta, lane * 4), theta);
+            if active && i < na {
+                (sin[e], cos[e]) = (s, c);
+            }
         }
 
         // --- q̂, k̂ and k̂_prev of this lane's columns, two ranks at a time into the warp's region ---
@@ -398,15 +412,15 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             sync_warp();
         }
         let owner = splits == 1 || ld_shared_f32(at(sm, lay.owner, 0)) != 0.0;
-        if owner && active {
-            let theta = ld_shared_v4_f32(at(sm, lay.theta, lane * 4));
-            for (e, &angle) in theta.iter().enumerate() {
-                let c = col + e as u32;
-                let (i, lower) = if pairwise { (c / 2, c % 2 == 0) } else { (c % half_n, c < half_n) };
-                if lower && i < na {
-                    st_global_f32(gf(prm.theta, bh * na + i), angle);
+        if owner {
+            for a in 0..2 {
+                let i = lane + 32 * a;
+                if i < na {
+                    st_global_f32(gf(prm.theta, bh * na + i), ld_shared_f32(at(sm, lay.theta, i)));
                 }
             }
+        }
+        if owner && active {
             for r in 0..r_count {
                 let k = ld_shared_v4_f32(at(sm, lay.k_rot, (r * 32 + lane) * 4));
                 for (e, &x) in k.iter().enumerate() {

@@ -85,15 +85,3 @@ pub fn tanh(x: f32) -> f32 {
 pub fn rsqrt(x: f32) -> f32 {
     1.0 / crate::arch::float::sqrt_rn(x)
 }
-
-/// `x` reduced into [0, 2π).
-#[inline(always)]
-pub fn wrap_two_pi(x: f32) -> f32 {
-    const TWO_PI: f32 = core::f32::consts::TAU;
-    let r = x - TWO_PI * crate::arch::float::floor(x * (1.0 / TWO_PI));
-    if r >= TWO_PI {
-        r - TWO_PI
-    } else {
-        r
-    }
-}

@@ -475,3 +475,64 @@ pub fn worst_over<C>(cases: &[C], seed0: u64, mut check: impl FnMut(&C, u64) -> 
     }
     worst
 }
+
+/// How many times [`step_rounding_spread`] a float32 decode may be off: its intermediates each
+/// carry a few roundings (bias and rotation of q̂ and k̂, the 2R + 1 terms of the state update,
+/// the read-out's sum over N), where the spread moves each input once.
+pub const ROUNDINGS: f64 = 8.0;
+
+/// Relative spread of `golden::step`'s outputs when every real-valued input and carried state
+/// element is moved by one f32 rounding (relative ±2⁻²⁴, signs from a fixed pseudo-random
+/// sequence): the accuracy a float32 evaluation of the same call can reach at best, since it
+/// rounds its intermediates (q̂, k̂, the state between tokens) at that level. Large only for
+/// ill-conditioned calls, e.g. a fused-norm head whose read-out cancels while `mean(y²)` is
+/// below the norm's epsilon, where the output is the cancelling sum times `1/√ε`.
+pub fn step_rounding_spread(
+    call: &Mamba3Inputs,
+    state: &mamba3::golden::FinalStates,
+    reference: &[f64],
+) -> f64 {
+    let mut bits = 0x9e37_79b9_7f4a_7c15u64;
+    let mut nudge = |v: &mut [f64]| {
+        for x in v.iter_mut() {
+            bits ^= bits << 13;
+            bits ^= bits >> 7;
+            bits ^= bits << 17;
+            let sign = if bits & 1 == 0 { 1.0 } else { -1.0 };
+            *x *= 1.0 + sign * f64::from(f32::EPSILON) / 2.0;
+        }
+    };
+    let mut inp = call.clone();
+    for v in [
+        &mut inp.q,
+        &mut inp.k,
+        &mut inp.v,
+        &mut inp.trap,
+        &mut inp.dt,
+        &mut inp.adt,
+        &mut inp.angle_logits,
+        &mut inp.q_bias,
+        &mut inp.k_bias,
+        &mut inp.mimo_v,
+    ] {
+        nudge(v);
+    }
+    for v in [
+        inp.z.as_mut(),
+        inp.mimo_z.as_mut(),
+        inp.mimo_o.as_mut(),
+        inp.d.as_mut(),
+        inp.norm.as_mut().map(|n| &mut n.weight),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        nudge(v);
+    }
+    let mut st = state.clone();
+    nudge(&mut st.ssm);
+    nudge(&mut st.k);
+    nudge(&mut st.v);
+    let out = mamba3::golden::step(&inp, &mut st).expect("perturbed golden step");
+    rel_err(&out, reference)
+}

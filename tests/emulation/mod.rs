@@ -171,9 +171,6 @@ pub mod arch {
         pub fn sqrt_rn(a: f32) -> f32 {
             a.sqrt()
         }
-        pub fn floor(a: f32) -> f32 {
-            a.floor()
-        }
         pub fn to_tf32(a: f32) -> u32 {
             // Round to nearest, ties away from zero, on the 13 dropped mantissa bits (finite a).
             (a.to_bits() + 0x1000) & !0x1fff
@@ -391,6 +388,16 @@ pub mod arch {
             launch.warp_slots[tid as usize].store(value.to_bits(), Ordering::Relaxed);
             launch.warp_barriers[warp].wait();
             let other = warp as u32 * 32 + (lane ^ mask);
+            let v = f32::from_bits(launch.warp_slots[other as usize].load(Ordering::Relaxed));
+            launch.warp_barriers[warp].wait();
+            v
+        }
+        pub fn shfl_idx_f32(value: f32, src: u32) -> f32 {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            launch.warp_slots[tid as usize].store(value.to_bits(), Ordering::Relaxed);
+            launch.warp_barriers[warp].wait();
+            let other = warp as u32 * 32 + src % 32;
             let v = f32::from_bits(launch.warp_slots[other as usize].load(Ordering::Relaxed));
             launch.warp_barriers[warp].wait();
             v

@@ -73,15 +73,6 @@ pub fn sqrt_rn(a: f32) -> f32 {
     d
 }
 
-/// `cvt.rmi.f32.f32` (PTX ISA §9.7.9.21): round toward −∞ to an integer.
-#[inline(always)]
-pub fn floor(a: f32) -> f32 {
-    let d: f32;
-    // SAFETY: register-only arithmetic.
-    unsafe { asm!("cvt.rmi.f32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
-    d
-}
-
 /// `cvt.rn.bf16.f32` (PTX ISA §9.7.9.21, sm_80): f32 → bf16 bits, round to nearest even.
 #[inline(always)]
 pub fn to_bf16(a: f32) -> u16 {

@@ -102,6 +102,22 @@ pub fn shfl_xor_f32(value: f32, mask: u32) -> f32 {
     out
 }
 
+/// `shfl.sync.idx.b32` over the full warp (PTX ISA §9.7.8.6): value of lane `src % 32`.
+#[inline(always)]
+pub fn shfl_idx_f32(value: f32, src: u32) -> f32 {
+    let out: f32;
+    // Not `pure`, for the reason given at `shfl_up_f32`.
+    // SAFETY: register-only instruction; called by all 32 lanes (member mask 0xffffffff).
+    unsafe {
+        asm!(
+            "shfl.sync.idx.b32 {d}, {a}, {b}, 31, 0xffffffff;",
+            d = out(reg32) out, a = in(reg32) value, b = in(reg32) src,
+            options(nomem, nostack)
+        )
+    };
+    out
+}
+
 /// `%ctaid.y`.
 #[inline(always)]
 pub fn block_y() -> u32 {
