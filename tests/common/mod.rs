@@ -380,33 +380,45 @@ pub fn round_f32(v: &mut [f64]) {
     v.iter_mut().for_each(|x| *x = *x as f32 as f64);
 }
 
+/// The activation tensors of `inp` (q, k, v, trap, and z when present): what the device reads in
+/// the activation dtype.
+fn activations_mut(inp: &mut Mamba3Inputs) -> impl Iterator<Item = &mut Vec<f64>> {
+    [
+        Some(&mut inp.q),
+        Some(&mut inp.k),
+        Some(&mut inp.v),
+        Some(&mut inp.trap),
+        inp.z.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// Every other real-valued tensor of `inp` (token scalars, angle logits, biases, mimo weights, D,
+/// norm weight): what the device reads as f32.
+fn parameters_mut(inp: &mut Mamba3Inputs) -> impl Iterator<Item = &mut Vec<f64>> {
+    [
+        Some(&mut inp.dt),
+        Some(&mut inp.adt),
+        Some(&mut inp.angle_logits),
+        Some(&mut inp.q_bias),
+        Some(&mut inp.k_bias),
+        Some(&mut inp.mimo_v),
+        inp.mimo_z.as_mut(),
+        inp.mimo_o.as_mut(),
+        inp.d.as_mut(),
+        inp.norm.as_mut().map(|n| &mut n.weight),
+    ]
+    .into_iter()
+    .flatten()
+}
+
 /// Rounds every input to what the device sees: activations (q, k, v, z, trap) to `X`, everything
 /// else (and the norm epsilon) to f32.
 pub fn quantize<X: Activation>(inp: &mut Mamba3Inputs) {
-    for v in [&mut inp.q, &mut inp.k, &mut inp.v, &mut inp.trap] {
-        round_act::<X>(v);
-    }
-    if let Some(z) = inp.z.as_mut() {
-        round_act::<X>(z);
-    }
-    for v in [
-        &mut inp.dt,
-        &mut inp.adt,
-        &mut inp.angle_logits,
-        &mut inp.q_bias,
-        &mut inp.k_bias,
-        &mut inp.mimo_v,
-    ] {
-        round_f32(v);
-    }
-    for v in [inp.mimo_z.as_mut(), inp.mimo_o.as_mut(), inp.d.as_mut()]
-        .into_iter()
-        .flatten()
-    {
-        round_f32(v);
-    }
+    activations_mut(inp).for_each(|v| round_act::<X>(v));
+    parameters_mut(inp).for_each(|v| round_f32(v));
     if let Some(n) = inp.norm.as_mut() {
-        round_f32(&mut n.weight);
         n.eps = n.eps as f32 as f64;
     }
 }
@@ -503,32 +515,8 @@ pub fn step_rounding_spread(
         }
     };
     let mut inp = call.clone();
-    for v in [
-        &mut inp.q,
-        &mut inp.k,
-        &mut inp.v,
-        &mut inp.trap,
-        &mut inp.dt,
-        &mut inp.adt,
-        &mut inp.angle_logits,
-        &mut inp.q_bias,
-        &mut inp.k_bias,
-        &mut inp.mimo_v,
-    ] {
-        nudge(v);
-    }
-    for v in [
-        inp.z.as_mut(),
-        inp.mimo_z.as_mut(),
-        inp.mimo_o.as_mut(),
-        inp.d.as_mut(),
-        inp.norm.as_mut().map(|n| &mut n.weight),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        nudge(v);
-    }
+    activations_mut(&mut inp).for_each(|v| nudge(v));
+    parameters_mut(&mut inp).for_each(|v| nudge(v));
     let mut st = state.clone();
     nudge(&mut st.ssm);
     nudge(&mut st.k);
