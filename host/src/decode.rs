@@ -33,7 +33,10 @@ use crate::kernel::{FixedDecodeGeometry, Kernel};
 /// register-resident kernel takes 10.2 (T = 1) and 4.2 (T = 8) against the shared-memory kernel's
 /// 15.5 and 7.1, whose 64 blocks leave half the SMs idle; from B = 8 (512 blocks) the
 /// shared-memory kernel is faster (24.8 against 34.8 at T = 1). Up to 128 sequence-heads the
-/// shared-memory grid is at most one block per SM, so the split rows still win there.
+/// shared-memory grid is at most one block per SM, so the split rows still win there. Rechecked
+/// with the fixed-geometry kernels (2026-11-30): at B = 8 the register-resident kernel takes 31.0
+/// (T = 1, streaming 18.7) and 15.8 per token (T = 8, shared tile 7.8); at B = 64, 212 and 118
+/// against 94 and 59.
 pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 
 /// Fewest sequence-heads B·H for which a one-token call runs the streaming kernel.
