@@ -3,15 +3,17 @@
 //!
 //! Every warp works alone: it owns `rows_per_warp` consecutive state rows of one (head, batch
 //! row) and never meets another warp at a barrier, so an SM overlaps many warps' memory waits
-//! instead of stepping a block through phases. A lane owns one 16-byte quad of columns. It forms
-//! the rotated, biased q̂ and k̂ of its columns itself (one `sincos` per column, the partner column
-//! of a rotation pair loaded directly, two ranks' loads in flight at a time) into the warp's
-//! shared region, and keeps k̂ and k̂_prev in registers. The rows stream through a ring in shared
-//! memory: `cp.async` keeps [`DECODE_STREAM_DEPTH`] rows in flight per warp at no register cost
-//! (each lane copies and reads only its own quad, so no barrier orders them). Per group of
-//! [`DECODE_STREAM_GROUP`] rows, each lane first stages the weights of two rows; the rows then go
-//! two at a time (update, R read-out partial sums each, one transposing warp reduction for both,
-//! [`warp_reduce::sum_transposed_pair`]), and each lane finishes two rows' outputs after the group.
+//! instead of stepping a block through phases. A lane owns one 16-byte quad of columns. Lane j
+//! advances angles j and j + 32 (in f64, one `sincos` each) and the lanes take their columns'
+//! sines and cosines by shuffles; a lane then forms the rotated, biased q̂ and k̂ of its columns
+//! itself (the partner column of a rotation pair loaded directly, two ranks' loads in flight at a
+//! time) into the warp's shared region, and keeps k̂ and k̂_prev in registers. The rows stream
+//! through a ring in shared memory: `cp.async` keeps [`DECODE_STREAM_DEPTH`] rows in flight per
+//! warp at no register cost (each lane copies and reads only its own quad, so no barrier orders
+//! them). Per group of [`DECODE_STREAM_GROUP`] rows, each lane first stages the weights of two
+//! rows; the rows then go two at a time (update, R read-out partial sums each, one transposing
+//! warp reduction for both, [`warp_reduce::sum_transposed_pair`]), and each lane finishes two
+//! rows' outputs after the group.
 //!
 //! The small states θ and k̂_prev are read by every warp of a (b, h) and written once: with more
 //! than one warp per (b, h), each warp bumps the (b, h)'s arrival counter after reading them and
