@@ -16,8 +16,8 @@ use mamba3::golden::{
     forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
 use mamba3_abi::{
-    segment_combine_smem_bytes, ForwardParams, ForwardSmem, ForwardStage, SegmentCombineParams,
-    FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
+    forward_mma_smem, segment_combine_smem_bytes, ForwardParams, ForwardSmem, ForwardStage,
+    SegmentCombineParams, FORWARD_MMA_THREADS, FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
 };
 
 use common::{geo, opts, rel_err, worst_over};
@@ -33,6 +33,10 @@ mod geometry;
 #[allow(clippy::all)]
 #[path = "../kernels/src/chunked_forward.rs"]
 mod chunked_forward;
+
+#[allow(clippy::all)]
+#[path = "../kernels/src/chunked_forward_mma.rs"]
+mod chunked_forward_mma;
 
 #[allow(clippy::all)]
 #[path = "../kernels/src/segment_state.rs"]
@@ -106,12 +110,22 @@ fn fixed_geometry(g: Mamba3Geometry, chunk: usize, bf16: bool) -> bool {
     fixed
 }
 
+/// Which forward kernel [`run_emulated`] runs after the split's passes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Forward {
+    /// `chunked_forward` (general or fixed geometry, as the host dispatches).
+    Chunked,
+    /// `chunked_forward_mma` (bf16, R=4, N=128, P=64, Na=32, C=16 only).
+    TensorCore,
+}
+
 fn run_emulated(
     inp: &Mamba3Inputs,
     chunk: usize,
     bf16: bool,
     staged: bool,
     segments: usize,
+    forward: Forward,
 ) -> Outputs {
     let g = inp.geometry;
     let mut mem = emulation::Memory::default();
@@ -274,32 +288,18 @@ fn run_emulated(
             || unsafe { segment_state::segment_combine(&combine) },
         );
     }
-    emulation::run_grid(
-        grid,
-        FORWARD_THREADS as usize,
-        words,
-        &mem.buffers,
-        || unsafe {
-            use chunked_forward::chunked_forward as fwd;
-            use geometry::AnyGeometry as Any;
-            // The host's dispatch: the fixed-geometry instantiation where one matches.
-            type Fixed = geometry::FixedGeometry<128, 64, 32, 16>;
-            let fixed = fixed_geometry(g, chunk, bf16);
-            match (bf16, g.rank, fixed) {
-                (false, 4, true) => fwd::<f32, 4, Fixed>(&params),
-                (true, 4, true) => fwd::<elem::Bf16, 4, Fixed>(&params),
-                (false, 1, _) => fwd::<f32, 1, Any>(&params),
-                (false, 2, _) => fwd::<f32, 2, Any>(&params),
-                (false, 4, _) => fwd::<f32, 4, Any>(&params),
-                (false, 8, _) => fwd::<f32, 8, Any>(&params),
-                (true, 1, _) => fwd::<elem::Bf16, 1, Any>(&params),
-                (true, 2, _) => fwd::<elem::Bf16, 2, Any>(&params),
-                (true, 4, _) => fwd::<elem::Bf16, 4, Any>(&params),
-                (true, 8, _) => fwd::<elem::Bf16, 8, Any>(&params),
-                _ => panic!("unsupported rank"),
-            }
-        },
-    );
+    if forward == Forward::TensorCore {
+        assert!(bf16 && fixed_geometry(g, chunk, bf16));
+        emulation::run_grid(
+            grid,
+            FORWARD_MMA_THREADS as usize,
+            forward_mma_smem::BYTES as usize / 4,
+            &mem.buffers,
+            || unsafe { chunked_forward_mma::chunked_forward_mma(&params) },
+        );
+    } else {
+        run_chunked_forward(grid, words, &mem.buffers, &params, g, chunk, bf16);
+    }
     Outputs {
         out: mem.get_act(out, out_len, bf16),
         theta: mem.get_f32(ftheta, g.batch * g.heads * g.num_angles),
@@ -307,6 +307,39 @@ fn run_emulated(
         k: mem.get_act(fk, fk_len, bf16),
         v: mem.get_act(fv, fv_len, bf16),
     }
+}
+
+/// The forward pass of `chunked_forward` for the instantiation the host would pick.
+fn run_chunked_forward(
+    grid: (u32, u32),
+    words: usize,
+    buffers: &[emulation::Buffer],
+    params: &ForwardParams,
+    g: Mamba3Geometry,
+    chunk: usize,
+    bf16: bool,
+) {
+    let params = *params;
+    emulation::run_grid(grid, FORWARD_THREADS as usize, words, buffers, || unsafe {
+        use chunked_forward::chunked_forward as fwd;
+        use geometry::AnyGeometry as Any;
+        // The host's dispatch: the fixed-geometry instantiation where one matches.
+        type Fixed = geometry::FixedGeometry<128, 64, 32, 16>;
+        let fixed = fixed_geometry(g, chunk, bf16);
+        match (bf16, g.rank, fixed) {
+            (false, 4, true) => fwd::<f32, 4, Fixed>(&params),
+            (true, 4, true) => fwd::<elem::Bf16, 4, Fixed>(&params),
+            (false, 1, _) => fwd::<f32, 1, Any>(&params),
+            (false, 2, _) => fwd::<f32, 2, Any>(&params),
+            (false, 4, _) => fwd::<f32, 4, Any>(&params),
+            (false, 8, _) => fwd::<f32, 8, Any>(&params),
+            (true, 1, _) => fwd::<elem::Bf16, 1, Any>(&params),
+            (true, 2, _) => fwd::<elem::Bf16, 2, Any>(&params),
+            (true, 4, _) => fwd::<elem::Bf16, 4, Any>(&params),
+            (true, 8, _) => fwd::<elem::Bf16, 8, Any>(&params),
+            _ => panic!("unsupported rank"),
+        }
+    });
 }
 
 struct Case {
@@ -328,10 +361,14 @@ fn check(case: &Case, seed: u64) -> f64 {
 }
 
 fn check_staged(case: &Case, seed: u64, staged: bool, segments: usize) -> f64 {
+    check_forward(case, seed, staged, segments, Forward::Chunked)
+}
+
+fn check_forward(case: &Case, seed: u64, staged: bool, segments: usize, forward: Forward) -> f64 {
     let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     let inp = round_inputs(&raw, case.bf16);
     let reference = forward_recurrent(&inp).unwrap();
-    let ours = run_emulated(&inp, case.chunk, case.bf16, staged, segments);
+    let ours = run_emulated(&inp, case.chunk, case.bf16, staged, segments, forward);
     let fs = &reference.final_states;
     let e_out = rel_err(&ours.out, &reference.out);
     let e_theta = common::angle_rel_err(&ours.theta, &fs.theta);
@@ -340,8 +377,9 @@ fn check_staged(case: &Case, seed: u64, staged: bool, segments: usize) -> f64 {
     let e_v = rel_err(&ours.v, &fs.v);
     let worst = e_out.max(e_theta).max(e_ssm).max(e_k).max(e_v);
     eprintln!(
-        "emulated {}{} K={segments} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
+        "emulated {}{}{} K={segments} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
         if case.bf16 { "bf16" } else { "f32" },
+        if forward == Forward::TensorCore { " tensor-core" } else { "" },
         if staged { " staged" } else { "" },
         case.geo,
         case.chunk,
@@ -471,6 +509,58 @@ fn emulated_kernel_matches_golden_on_small_geometries() {
         "emulated kernel: worst error {worst:.2e} over {} cases",
         cases.len()
     );
+}
+
+/// The tensor-core forward (bf16, R=4, N=128, P=64, Na=32, C=16): tails, S = 1, GQA, both
+/// rotations, every output mode, with and without z and D, whole and split into segments.
+#[test]
+fn emulated_tensor_core_kernel_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        (
+            geo(1, 37, 4, 1, 2, 128, 64, 32),
+            opts(HalfSplit, Gated, true, true),
+        ),
+        (
+            geo(1, 16, 4, 2, 2, 128, 64, 32),
+            opts(Pairwise, FusedNorm, true, false),
+        ),
+        (
+            geo(2, 5, 4, 1, 1, 128, 64, 32),
+            opts(HalfSplit, Prereduce, true, true),
+        ),
+        (
+            geo(1, 20, 4, 1, 1, 128, 64, 32),
+            opts(Pairwise, FusedNorm, false, true),
+        ),
+        (
+            geo(1, 1, 4, 1, 1, 128, 64, 32),
+            opts(HalfSplit, Gated, false, false),
+        ),
+    ];
+    let mut worst = 0.0f64;
+    for (i, (g, o)) in cases.into_iter().enumerate() {
+        let case = Case {
+            geo: g,
+            chunk: 16,
+            opts: o,
+            bf16: true,
+        };
+        let seed = 300 + i as u64;
+        worst = worst.max(check_forward(&case, seed, true, 1, Forward::TensorCore));
+        if g.seq_len > 16 {
+            let segments = g.seq_len.div_ceil(16).min(3);
+            worst = worst.max(check_forward(
+                &case,
+                seed,
+                true,
+                segments,
+                Forward::TensorCore,
+            ));
+        }
+    }
+    eprintln!("emulated tensor-core kernel: worst error {worst:.2e}");
 }
 
 /// The GPU suite's small geometries plus short versions of upstream's, in emulation (slow: run on

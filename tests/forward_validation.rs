@@ -419,7 +419,7 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
         vec![
             "segment_state_fixed_bf16_r4_n128_p64_na32_c16",
             "segment_combine_f32",
-            "forward_fixed_bf16_r4_n128_p64_na32_c16"
+            "forward_mma_bf16_r4_n128_p64_na32_c16"
         ]
     );
     // Another chunk size: no fixed-geometry instantiation, the rank's general kernels.

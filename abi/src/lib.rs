@@ -461,6 +461,52 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
 /// Threads per block of the chunked forward kernels.
 pub const FORWARD_THREADS: u32 = 256;
 
+/// Threads per block of the tensor-core forward (`forward_mma_*`): four warps.
+pub const FORWARD_MMA_THREADS: u32 = 128;
+
+/// Shared-memory layout of the tensor-core forward for its one geometry (R = 4, N = 128, P = 64,
+/// Na = 32, C = 16: 64 rank-flattened rows per chunk), byte offsets from the dynamic shared base.
+/// bf16 tiles carry 8 extra elements per row so that the 8 row addresses of an `ldmatrix` fall in
+/// different banks.
+pub mod forward_mma_smem {
+    /// Row stride in bytes of the q̂ and k̂ tiles (128 bf16 + 8 padding).
+    pub const QK_STRIDE: u32 = 272;
+    /// Row stride in bytes of the x, scaled x and weighted score tiles (64 bf16 + 8 padding).
+    pub const X_STRIDE: u32 = 144;
+    /// Rotated, biased q̂ `(64 rows, 128)` bf16.
+    pub const Q: u32 = 0;
+    /// Rotated, biased k̂ `(64, 128)` bf16.
+    pub const K: u32 = Q + 64 * QK_STRIDE;
+    /// Up-projected x `(64, 64)` bf16.
+    pub const X: u32 = K + 64 * QK_STRIDE;
+    /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)` bf16.
+    pub const XW: u32 = X + 64 * X_STRIDE;
+    /// Weighted scores `(64, 64)` bf16.
+    pub const W: u32 = XW + 64 * X_STRIDE;
+    /// Raw q rows of the next chunk `(64, 128)` bf16, unpadded (the `cp.async` staging area).
+    pub const RAW_Q: u32 = W + 64 * X_STRIDE;
+    /// Raw k rows of the next chunk `(64, 128)` bf16.
+    pub const RAW_K: u32 = RAW_Q + 64 * 256;
+    /// Two banks (chunk parity) of raw v and z rows `(16, 64)` bf16 each: v at +0, z at +2048.
+    pub const BANK: u32 = RAW_K + 64 * 256;
+    /// Bytes of one bank.
+    pub const BANK_BYTES: u32 = 4096;
+    /// `(cos θ, sin θ)` of the chunk `(16 times, 32 angles)` f32 pairs.
+    pub const CS: u32 = BANK + 2 * BANK_BYTES;
+    /// Carried angle totals `(32)` f64.
+    pub const THETA: u32 = CS + 16 * 32 * 8;
+    /// Per-warp angle-increment totals `(4, 32)` f64.
+    pub const TOT: u32 = THETA + 32 * 8;
+    /// Token scalars `(5, 16)` f32: `A_i`, `c_i`, `γ_i`, `exp(A_i)`, `exp(Ā_i)·c_i`.
+    pub const SCAL: u32 = TOT + 4 * 32 * 8;
+    /// Score weights `(16, 16)` f32 (see the kernel module).
+    pub const WT: u32 = SCAL + 5 * 16 * 4;
+    /// Per-warp partial sums of squares `(4, 64 rows)` f32 (fused-norm mode).
+    pub const NORM: u32 = WT + 16 * 16 * 4;
+    /// Total dynamic shared memory (two blocks fit one H100/H200 SM).
+    pub const BYTES: u32 = NORM + 4 * 64 * 4;
+}
+
 /// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state.
 ///
 /// Layouts (row-major; `X` = the input dtype, bf16 or f32):

@@ -58,8 +58,9 @@ use cudarc::driver::{
     LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    forward_smem_bytes, forward_stage_bytes, segment_combine_smem_bytes, ForwardParams,
-    SegmentCombineParams, FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
+    forward_mma_smem, forward_smem_bytes, forward_stage_bytes, segment_combine_smem_bytes,
+    ForwardParams, SegmentCombineParams, FORWARD_MMA_THREADS, FORWARD_THREADS,
+    SEGMENT_COMBINE_THREADS,
 };
 
 use crate::config::{OutputMode, Rotation};
@@ -456,9 +457,32 @@ fn fixed_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
     )
 }
 
-/// The forward kernel for `config`: the instantiation for exactly its geometry when there is one
+/// The tensor-core forward for `config`, if its dtype and geometry have one
+/// ([`Kernel::forward_tensor_core`]).
+fn tensor_core_kernel(config: &ForwardConfig) -> Option<Kernel> {
+    Kernel::forward_tensor_core(
+        config.dtype,
+        FixedForwardGeometry {
+            rank: config.rank,
+            state_dim: config.state_dim,
+            head_dim: config.head_dim,
+            num_angles: config.num_angles,
+            chunk: config.chunk_size,
+        },
+    )
+}
+
+/// The forward kernel for `config`: the tensor-core kernel for exactly its dtype and geometry
+/// when there is one ([`Kernel::forward_tensor_core`]; a call whose q, k, v or z view is not
+/// 16-byte aligned, or on a GPU whose shared-memory opt-in limit is below the kernel's 109 KB,
+/// falls back to the next choice), else the fixed-geometry instantiation
 /// ([`Kernel::forward_fixed`]), else the one for its activation dtype and rank, if any.
 pub fn kernel_for(config: &ForwardConfig) -> Option<Kernel> {
+    tensor_core_kernel(config).or_else(|| chunked_kernel_for(config))
+}
+
+/// [`kernel_for`] without the tensor-core kernel: the `chunked_forward` instantiation.
+fn chunked_kernel_for(config: &ForwardConfig) -> Option<Kernel> {
     fixed_kernels(config)
         .map(|(forward, _)| forward)
         .or_else(|| Kernel::forward_fma(config.dtype, config.rank))
@@ -724,7 +748,7 @@ fn forward_impl<T: Activation>(
         v: s.v.len(),
     });
     validate(config, &inputs.lens(out.len(), state_lens))?;
-    let kernel = kernel_for(config)
+    let chunked = chunked_kernel_for(config)
         .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
     // The staging region (raw q, k, v of the next chunk) is used whenever it fits beside the
     // kernel's own regions; without it the kernel reads those inputs from global memory directly.
@@ -740,7 +764,7 @@ fn forward_impl<T: Activation>(
     let staged = with_stage <= gpu.max_shared_memory_optin() as u64;
     let smem = if staged { with_stage } else { base_smem };
     let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
-        kernel: kernel.symbol(),
+        kernel: chunked.symbol(),
         needed: usize::try_from(smem).unwrap_or(usize::MAX),
         max: gpu.max_shared_memory_optin(),
     })?;
@@ -862,6 +886,23 @@ fn forward_impl<T: Activation>(
         block_dim: (FORWARD_THREADS, 1, 1),
         shared_mem_bytes: smem,
     };
+    // The tensor-core kernel copies q, k, v and z rows with 16-byte `cp.async`, and needs more
+    // shared memory than some GPUs' opt-in limit (sm_86 and sm_89: 99 KB).
+    let aligned = [params.q, params.k, params.v, params.z]
+        .iter()
+        .all(|p| p.is_multiple_of(16));
+    let fits = forward_mma_smem::BYTES as usize <= gpu.max_shared_memory_optin();
+    let (kernel, forward_cfg) = match tensor_core_kernel(config) {
+        Some(tc) if aligned && fits => (
+            tc,
+            LaunchConfig {
+                block_dim: (FORWARD_MMA_THREADS, 1, 1),
+                shared_mem_bytes: forward_mma_smem::BYTES,
+                ..cfg
+            },
+        ),
+        _ => (chunked, cfg),
+    };
     let args = Args(params);
     let result = (|| {
         if segments > 1 {
@@ -901,9 +942,9 @@ fn forward_impl<T: Activation>(
         launch.arg(&args);
         // SAFETY: one by-value `ForwardParams` is the kernel's parameter list; every pointer was
         // checked against its documented shape by `validate`, outputs (and the workspace) do not
-        // overlap anything, and the guards keep the buffers' event tracking alive until the
-        // launch is enqueued.
-        unsafe { launch.run(cfg) }
+        // overlap anything, the tensor-core kernel gets 16-byte aligned q, k, v and z, and the
+        // guards keep the buffers' event tracking alive until the launch is enqueued.
+        unsafe { launch.run(forward_cfg) }
     })();
     drop(out_guards);
     drop(guards);

@@ -97,6 +97,9 @@ pub enum Kernel {
     /// Chunked forward instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), bf16
     /// activations.
     ForwardFixedBf16R4N128P64Na32C16,
+    /// Chunked forward on bf16 tensor cores (`mma.m16n8k16`, state in registers), bf16, R=4,
+    /// N=128, P=64, Na=32, C=16.
+    ForwardMmaBf16R4N128P64Na32C16,
     /// Segment-state pass instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), f32
     /// activations.
     SegmentStateFixedF32R4N128P64Na32C16,
@@ -133,7 +136,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 60] = [
+    pub const ALL: [Kernel; 61] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -179,6 +182,7 @@ impl Kernel {
         Kernel::ForwardFmaBf16R8,
         Kernel::ForwardFixedF32R4N128P64Na32C16,
         Kernel::ForwardFixedBf16R4N128P64Na32C16,
+        Kernel::ForwardMmaBf16R4N128P64Na32C16,
         Kernel::SegmentStateFixedF32R4N128P64Na32C16,
         Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
         Kernel::SegmentStateF32R1,
@@ -246,6 +250,7 @@ impl Kernel {
             Kernel::ForwardFmaBf16R8 => "forward_fma_bf16_r8",
             Kernel::ForwardFixedF32R4N128P64Na32C16 => "forward_fixed_f32_r4_n128_p64_na32_c16",
             Kernel::ForwardFixedBf16R4N128P64Na32C16 => "forward_fixed_bf16_r4_n128_p64_na32_c16",
+            Kernel::ForwardMmaBf16R4N128P64Na32C16 => "forward_mma_bf16_r4_n128_p64_na32_c16",
             Kernel::SegmentStateFixedF32R4N128P64Na32C16 => {
                 "segment_state_fixed_f32_r4_n128_p64_na32_c16"
             }
@@ -303,6 +308,18 @@ impl Kernel {
             .map(|row| (row.forward, row.segment_state))
     }
 
+    /// The tensor-core forward for exactly this dtype and geometry, if any (see
+    /// [`FixedForward::tensor_core`]).
+    pub fn forward_tensor_core(
+        dtype: crate::Dtype,
+        geometry: FixedForwardGeometry,
+    ) -> Option<Kernel> {
+        FIXED_FORWARD
+            .iter()
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+            .and_then(|row| row.tensor_core)
+    }
+
     /// The decode kernels (shared tile, register resident, streaming) instantiated for exactly
     /// this geometry, if any (see [`FIXED_DECODE`]).
     pub fn decode_fixed(dtype: crate::Dtype, geometry: FixedDecodeGeometry) -> Option<FixedDecode> {
@@ -354,6 +371,10 @@ pub struct FixedForward {
     pub forward: Kernel,
     /// The segment-state kernel.
     pub segment_state: Kernel,
+    /// The tensor-core forward ([`Kernel::ForwardMmaBf16R4N128P64Na32C16`]), where one exists
+    /// for this dtype and geometry: the host prefers it to `forward` when q, k, v and z are
+    /// 16-byte aligned.
+    pub tensor_core: Option<Kernel>,
 }
 
 /// The benchmark's (and upstream's tuned) geometry.
@@ -373,12 +394,14 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         geometry: GEOMETRY_R4_N128_P64_NA32_C16,
         forward: Kernel::ForwardFixedF32R4N128P64Na32C16,
         segment_state: Kernel::SegmentStateFixedF32R4N128P64Na32C16,
+        tensor_core: None,
     },
     FixedForward {
         dtype: crate::Dtype::Bf16,
         geometry: GEOMETRY_R4_N128_P64_NA32_C16,
         forward: Kernel::ForwardFixedBf16R4N128P64Na32C16,
         segment_state: Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
+        tensor_core: Some(Kernel::ForwardMmaBf16R4N128P64Na32C16),
     },
 ];
 
@@ -584,6 +607,11 @@ mod tests {
                 ..g
             };
             assert_eq!(Kernel::forward_fixed(row.dtype, other), None);
+            if let Some(tc) = row.tensor_core {
+                assert_eq!(tc.symbol(), format!("forward_mma_{suffix}"));
+                assert_eq!(Kernel::forward_tensor_core(row.dtype, g), Some(tc));
+            }
+            assert_eq!(Kernel::forward_tensor_core(row.dtype, other), None);
         }
     }
 

@@ -15,6 +15,7 @@ pub mod decode;
 pub mod decode_rows;
 pub mod decode_stream;
 pub mod chunked_forward;
+pub mod chunked_forward_mma;
 pub mod elem;
 pub mod frag;
 pub mod geometry;

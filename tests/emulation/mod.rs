@@ -178,6 +178,9 @@ pub mod arch {
         pub fn to_bf16(a: f32) -> u16 {
             half::bf16::from_f32(a).to_bits()
         }
+        pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
+            to_bf16(lo) as u32 | ((to_bf16(hi) as u32) << 16)
+        }
     }
 
     pub mod mma {
@@ -288,6 +291,36 @@ pub mod arch {
             launch.warp_barriers[warp].wait();
             out
         }
+
+        /// As [`ldmatrix_x4`] with every matrix transposed: lane `l` gets, in register m, rows
+        /// `2·(l%4)` (low half) and `2·(l%4)+1` (high half) of column `l/4` of matrix m.
+        pub unsafe fn ldmatrix_x4_trans(row_addr: u32) -> [u32; 4] {
+            if !row_addr.is_multiple_of(16) {
+                super::super::fail(format!("unaligned ldmatrix row address {row_addr}"));
+            }
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            launch.warp_slots[tid as usize].store(row_addr, Ordering::Relaxed);
+            launch.warp_barriers[warp].wait();
+            let mut out = [0u32; 4];
+            for (m, o) in out.iter_mut().enumerate() {
+                let col = lane / 4;
+                for half in 0..2u32 {
+                    let src = warp * 32 + 8 * m + (2 * (lane % 4) + half) as usize;
+                    let row = launch.warp_slots[src].load(Ordering::Relaxed);
+                    let word = super::super::smem_read(row + 4 * (col / 2));
+                    let bits = if col % 2 == 0 {
+                        word & 0xffff
+                    } else {
+                        word >> 16
+                    };
+                    *o |= bits << (16 * half);
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            out
+        }
     }
 
     pub mod cp_async {
@@ -392,6 +425,18 @@ pub mod arch {
             launch.warp_barriers[warp].wait();
             v
         }
+        pub fn shfl_up_f32(value: f32, delta: u32) -> f32 {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            launch.warp_slots[tid as usize].store(value.to_bits(), Ordering::Relaxed);
+            launch.warp_barriers[warp].wait();
+            let src = if lane >= delta { lane - delta } else { lane };
+            let other = warp as u32 * 32 + src;
+            let v = f32::from_bits(launch.warp_slots[other as usize].load(Ordering::Relaxed));
+            launch.warp_barriers[warp].wait();
+            v
+        }
         pub fn shfl_idx_f32(value: f32, src: u32) -> f32 {
             let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
             let warp = (tid / 32) as usize;
@@ -410,6 +455,9 @@ pub mod arch {
         }
         pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
             super::super::smem_read(addr)
+        }
+        pub unsafe fn st_shared_u32(addr: u32, value: u32) {
+            super::super::smem_write(addr, value);
         }
         pub unsafe fn ld_shared_v4_f32(addr: u32) -> [f32; 4] {
             if !addr.is_multiple_of(16) {

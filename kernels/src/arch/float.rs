@@ -81,3 +81,17 @@ pub fn to_bf16(a: f32) -> u16 {
     unsafe { asm!("cvt.rn.bf16.f32 {d}, {a};", d = out(reg16) d, a = in(reg32) a, options(pure, nomem, nostack)) };
     d
 }
+
+/// `cvt.rn.bf16x2.f32` (PTX ISA §9.7.9.21, sm_80): `lo` and `hi` rounded to bf16 (nearest, ties
+/// to even) and packed into one register, `lo` in the low half: the operand format of the bf16
+/// `mma` fragments and of packed bf16 stores.
+#[inline(always)]
+pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only conversion. The ISA's first source goes to the upper half.
+    unsafe {
+        asm!("cvt.rn.bf16x2.f32 {d}, {h}, {l};", d = out(reg32) d, h = in(reg32) hi, l = in(reg32) lo,
+             options(pure, nomem, nostack))
+    };
+    d
+}

@@ -212,6 +212,16 @@ pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
     v
 }
 
+/// `st.shared.b32` at a shared-space address (PTX ISA §9.7.9.10).
+///
+/// # Safety
+/// `addr` must be 4-byte aligned and lie inside the launch's dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_u32(addr: u32, value: u32) {
+    // SAFETY: the caller guarantees the address is in bounds.
+    unsafe { asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) value, options(nostack)) };
+}
+
 /// `x`, hidden from the optimizer (`mov.u32`): a loop bounded by it is not unrolled, which keeps
 /// large loop bodies from being replicated (and their registers multiplied).
 #[inline(always)]

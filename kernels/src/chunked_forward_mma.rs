@@ -1,0 +1,857 @@
+//! Mamba-3 MIMO chunked forward on bf16 tensor cores (spec §2.2, §2.3) for one geometry:
+//! R = 4, N = 128, P = 64, Na = 32, C = 16 (upstream's tuned geometry), bf16 activations.
+//!
+//! One block of four warps per (head, batch row, segment) walks its chunks in order. A chunk's
+//! 64 rank-flattened rows `ρ = 4i + r` are three bf16 GEMM operands in shared memory (q̂, k̂:
+//! 64×128; x: 64×64); every contraction is `mma.m16n8k16` with f32 accumulation:
+//!
+//! * **state** `H` (P×N, f32) lives in registers as accumulators: warp w owns rows
+//!   `p ∈ [16w, 16w+16)`, all 128 columns (16 tiles × 4 = 64 registers per lane);
+//! * **scores** `q̂·k̂ᵀ`: warp w computes rows `[16w, 16w+16)` up to the diagonal tile, multiplies
+//!   each by the weight `w(i,i')` (`c_{i'}·exp(A_i − A_{i'})` below the diagonal time, `γ_i` on
+//!   it, 0 above) and stores them as bf16;
+//! * **outputs** for the warp's 16 columns p, all 64 rows: `exp(A_i)·q̂·Hᵀ` with the B operand
+//!   packed straight from the state accumulators (the accumulator layout of a (p, n) tile is the
+//!   B-fragment layout of the (n, p) operand), then the weighted scores times x;
+//! * **state pass** `H ← exp(A_last)·H + x_wᵀ·k̂` with `x_w = exp(Ā_i)·c_i·x`, both operands
+//!   through `ldmatrix .trans`.
+//!
+//! The per-chunk scalar work: token scalars by warp 0 (prefix sums by shuffles); the f64 angle
+//! increments by every thread (angle = lane, four times per warp), prefixed across warps through
+//! shared memory, then one `sincos` per (time, angle); the biased rotation of q and k by warp r
+//! for the rows of rank r (lane l owns columns 2l, 2l+1, 64+2l, 65+2l, which hold both halves of
+//! its pairs in either rotation convention). The next chunk's raw q, k, v, z rows are copied with
+//! `cp.async` while the current chunk runs its GEMMs; its scalars and angle logits are loaded into
+//! registers one chunk ahead.
+//!
+//! bf16 rounding points: q̂, k̂, x, x_w, the weighted scores and the state as read by the output
+//! GEMM (upstream rounds the same operands); the state itself, all sums and the D, gate, norm and
+//! contraction epilogue stay f32.
+//!
+//! # Launch contract
+//! Grid `(H, B·K)` (K segments, see [`ForwardParams::segments`]), block [`FORWARD_MMA_THREADS`],
+//! dynamic shared memory [`forward_mma_smem::BYTES`]; the geometry above with bf16 activations;
+//! q, k, v and z (when present) 16-byte aligned; every pointer of [`ForwardParams`] valid for its
+//! documented shape (the host validates). Segments other than the first start from the hand-off
+//! slots that the segment-state and combine passes of `chunked_forward` wrote.
+
+use mamba3_abi::{
+    forward_mma_smem as L, output_mode, rotation, ForwardParams, FORWARD_MMA_THREADS,
+};
+
+use crate::angles::{angle_increment, reduced_f32, rotate_pair, stored_f32, wrap_two_pi_f64};
+use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
+use crate::arch::float::pack_bf16x2;
+use crate::arch::global::st_global_u32;
+use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
+use crate::arch::mma::mma_m16n8k16_bf16_f32;
+use crate::arch::sreg::{
+    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
+    shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
+    st_shared_v2_f32, sync_threads, thread_x,
+};
+use crate::elem::{ldg, stg, Bf16, Elem};
+use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp, sincos};
+use crate::smem::{ld_shared_f64, st_shared_f64};
+
+const R: u32 = 4;
+const N: u32 = 128;
+const P: u32 = 64;
+const NA: u32 = 32;
+const C: u32 = 16;
+const T: u32 = FORWARD_MMA_THREADS;
+
+/// Offsets of the five token-scalar rows inside [`L::SCAL`].
+const S_A: u32 = L::SCAL;
+const S_C: u32 = L::SCAL + 64;
+const S_GAMMA: u32 = L::SCAL + 128;
+const S_EXPA: u32 = L::SCAL + 192;
+const S_KSCALE: u32 = L::SCAL + 256;
+
+/// The low and high bf16 halves of a packed word, as f32.
+#[inline(always)]
+fn unpack(w: u32) -> (f32, f32) {
+    (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000))
+}
+
+/// Per-block constants.
+#[derive(Clone, Copy)]
+struct Blk {
+    base: u32,
+    tid: u32,
+    warp: u32,
+    lane: u32,
+    b: usize,
+    h: usize,
+    g: usize,
+    s_len: usize,
+    heads: usize,
+    groups: usize,
+    /// Start of this (b, h) row in the (B,H,S) tensors.
+    row: usize,
+}
+
+/// The next chunk's raw inputs that live in registers until its scalar phase.
+#[derive(Clone, Copy)]
+struct Prefetch {
+    /// Warp 0, lane u ≤ 16: adt (u < len), Δ and the trap logit of chunk token u (zeros past S).
+    scalars: [f32; 3],
+    /// Every thread: angle logit and Δ of times 4·warp + u, angle `lane`.
+    logits: [f32; 4],
+    dts: [f32; 4],
+}
+
+/// Loads chunk `[c0, c0 + len)`'s registers of [`Prefetch`].
+#[inline(always)]
+unsafe fn prefetch(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32) -> Prefetch {
+    let mut pf = Prefetch {
+        scalars: [0.0; 3],
+        logits: [0.0; 4],
+        dts: [0.0; 4],
+    };
+    // SAFETY (whole body): every index is checked against the token range and lies inside the
+    // (B,H,S) and (B,S,H,Na) tensors of the launch contract.
+    unsafe {
+        let t = c0 as usize + bk.lane as usize;
+        if bk.warp == 0 && bk.lane <= C && t < bk.s_len {
+            if bk.lane < len {
+                pf.scalars[0] = ldg(prm.adt, bk.row + t);
+            }
+            pf.scalars[1] = ldg(prm.dt, bk.row + t);
+            pf.scalars[2] = Bf16::load(prm.trap, bk.row + t);
+        }
+        for u in 0..4 {
+            let i = 4 * bk.warp + u as u32;
+            if i < len {
+                let t = c0 as usize + i as usize;
+                pf.logits[u] = ldg(
+                    prm.angles,
+                    ((bk.b * bk.s_len + t) * bk.heads + bk.h) * NA as usize + bk.lane as usize,
+                );
+                pf.dts[u] = ldg(prm.dt, bk.row + t);
+            }
+        }
+    }
+    pf
+}
+
+/// Issues the `cp.async` copies of chunk `[c0, c0 + len)`'s raw q and k rows into the staging
+/// area and its v and z rows into bank `bank`.
+#[inline(always)]
+unsafe fn stage_chunk(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32, bank: u32) {
+    let groups = bk.groups;
+    // SAFETY (whole body): rows < len·R of tokens < S; 16-byte pieces of 16-byte aligned rows
+    // (launch contract) into the staging regions of the layout.
+    unsafe {
+        let mut e = bk.tid;
+        while e < len * R * 16 {
+            let rho = e / 16;
+            let piece = e % 16;
+            let t = c0 as usize + (rho / R) as usize;
+            let r = (rho % R) as usize;
+            let src = ((((bk.b * bk.s_len + t) * R as usize + r) * groups + bk.g) * N as usize
+                + 8 * piece as usize)
+                * 2;
+            let dst = rho * 256 + piece * 16;
+            cp_async_cg_16(
+                bk.base + L::RAW_Q + dst,
+                (prm.q as usize + src) as *const u8,
+            );
+            cp_async_cg_16(
+                bk.base + L::RAW_K + dst,
+                (prm.k as usize + src) as *const u8,
+            );
+            e += T;
+        }
+        let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
+        if bk.tid < len * 8 {
+            let i = bk.tid / 8;
+            let piece = bk.tid % 8;
+            let t = c0 as usize + i as usize;
+            let src =
+                (((bk.b * bk.s_len + t) * bk.heads + bk.h) * P as usize + 8 * piece as usize) * 2;
+            let dst = bank_at + i * 128 + piece * 16;
+            cp_async_cg_16(dst, (prm.v as usize + src) as *const u8);
+            if prm.z != 0 {
+                cp_async_cg_16(dst + 2048, (prm.z as usize + src) as *const u8);
+            }
+        }
+    }
+}
+
+/// Phase S1: angle increments and their per-warp prefix (returned, with the carried total read
+/// before anyone overwrites it), the warp totals into shared memory; warp 0 forms the token
+/// scalars.
+#[inline(always)]
+unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch) -> (f64, [f64; 4]) {
+    let mut loc = [0.0f64; 4];
+    // SAFETY (whole body): indices inside the THETA, TOT and SCAL regions.
+    unsafe {
+        let carry = ld_shared_f64(bk.base + L::THETA + 8 * bk.lane);
+        let mut acc = 0.0f64;
+        for (u, l) in loc.iter_mut().enumerate() {
+            if 4 * bk.warp + (u as u32) < len {
+                acc += angle_increment(pf.logits[u], pf.dts[u]);
+            }
+            *l = acc;
+        }
+        st_shared_f64(bk.base + L::TOT + 8 * (32 * bk.warp + bk.lane), acc);
+        if bk.warp == 0 {
+            token_scalars(bk, len, pf.scalars);
+        }
+        (carry, loc)
+    }
+}
+
+/// Warp 0: `A_i` (inclusive prefix of adt), `Ā_i` (exclusive suffix), `γ_i`, `c_i = γ_i + ε_{i+1}`
+/// and the derived `exp(A_i)`, `exp(Ā_i)·c_i`, one time per lane.
+#[inline(always)]
+unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3]) {
+    let lane = bk.lane;
+    let a = if lane < len { sc[0] } else { 0.0 };
+    let mut pre = a;
+    let mut rev = shfl_idx_f32(a, 15u32.wrapping_sub(lane));
+    for d in [1u32, 2, 4, 8] {
+        let o = shfl_up_f32(pre, d);
+        let orev = shfl_up_f32(rev, d);
+        if lane >= d {
+            pre += o;
+            rev += orev;
+        }
+    }
+    // rev at lane k sums times ≥ 15 − k, so Ā_i = Σ_{u > i} sits at lane 14 − i.
+    let suf = shfl_idx_f32(rev, 14u32.wrapping_sub(lane));
+    let suf = if lane < 15 { suf } else { 0.0 };
+    let (dt, tr) = (sc[1], sc[2]);
+    let gamma = if lane < len {
+        sigmoid_rcp(tr) * dt
+    } else {
+        0.0
+    };
+    // Zero past S (the prefetch left Δ = 0 there).
+    let eps = dt * sigmoid_rcp(-tr);
+    let eps_next = shfl_idx_f32(eps, lane + 1);
+    let c_s = if lane < len { gamma + eps_next } else { 0.0 };
+    if lane < C {
+        // SAFETY: lane < 16 indexes the SCAL rows.
+        unsafe {
+            let o = bk.base + 4 * lane;
+            st_shared_f32(o + S_A, pre);
+            st_shared_f32(o + S_C, c_s);
+            st_shared_f32(o + S_GAMMA, gamma);
+            st_shared_f32(o + S_EXPA, exp(pre));
+            st_shared_f32(o + S_KSCALE, exp(suf) * c_s);
+        }
+    }
+}
+
+/// Phase S2: θ of each (time, angle) from the carry and the warp totals, its cosine and sine;
+/// the new carry; the score weights.
+#[inline(always)]
+unsafe fn phase_angles_weights(bk: &Blk, len: u32, carry: f64, loc: [f64; 4]) {
+    // SAFETY (whole body): indices inside the TOT, CS, THETA, SCAL and WT regions.
+    unsafe {
+        let mut th0 = carry;
+        for w in 0..3u32 {
+            if w < bk.warp {
+                th0 += ld_shared_f64(bk.base + L::TOT + 8 * (32 * w + bk.lane));
+            }
+        }
+        for (u, l) in loc.iter().enumerate() {
+            let i = 4 * bk.warp + u as u32;
+            if i < len {
+                let th = th0 + *l;
+                let (s, c) = sincos(reduced_f32(th));
+                st_shared_v2_f32(bk.base + L::CS + 8 * (32 * i + bk.lane), [c, s]);
+                if i == len - 1 {
+                    st_shared_f64(bk.base + L::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
+                }
+            }
+        }
+        for m in 0..2u32 {
+            let e = bk.tid + m * T;
+            let (i, ip) = (e / C, e % C);
+            let w = if ip < i {
+                exp(ld_shared_f32(bk.base + S_A + 4 * i) - ld_shared_f32(bk.base + S_A + 4 * ip))
+                    * ld_shared_f32(bk.base + S_C + 4 * ip)
+            } else if ip == i {
+                ld_shared_f32(bk.base + S_GAMMA + 4 * i)
+            } else {
+                0.0
+            };
+            st_shared_f32(bk.base + L::WT + 4 * e, w);
+        }
+    }
+}
+
+/// Per-lane constants of phase R (warp = rank r; columns 2l, 2l+1, 64+2l, 65+2l of q and k;
+/// columns 2l, 2l+1 of x).
+#[derive(Clone, Copy)]
+struct RankParams {
+    q_bias: [f32; 4],
+    k_bias: [f32; 4],
+    mimo_v: [f32; 2],
+}
+
+#[inline(always)]
+unsafe fn rank_params(prm: &ForwardParams, bk: &Blk) -> RankParams {
+    let hr = bk.h * R as usize + bk.warp as usize;
+    let l = bk.lane as usize;
+    let cols = [2 * l, 2 * l + 1, 64 + 2 * l, 65 + 2 * l];
+    // SAFETY: (h, r, column) inside the (H,R,N) biases and (H,R,P) mimo_v.
+    unsafe {
+        RankParams {
+            q_bias: cols.map(|c| ldg(prm.q_bias, hr * N as usize + c)),
+            k_bias: cols.map(|c| ldg(prm.k_bias, hr * N as usize + c)),
+            mimo_v: [
+                ldg(prm.mimo_v, hr * P as usize + 2 * l),
+                ldg(prm.mimo_v, hr * P as usize + 2 * l + 1),
+            ],
+        }
+    }
+}
+
+/// Biases, rotates and packs one raw q or k row (two words: columns 2l, 2l+1 and 64+2l, 65+2l).
+#[inline(always)]
+fn rotate_row(lo: u32, hi: u32, bias: [f32; 4], cs: [f32; 4], half_split: bool) -> (u32, u32) {
+    let (a0, a1) = unpack(lo);
+    let (b0, b1) = unpack(hi);
+    let (a0, a1, b0, b1) = (a0 + bias[0], a1 + bias[1], b0 + bias[2], b1 + bias[3]);
+    if half_split {
+        let (a0, b0) = rotate_pair(a0, b0, cs[0], cs[1]);
+        let (a1, b1) = rotate_pair(a1, b1, cs[2], cs[3]);
+        (pack_bf16x2(a0, a1), pack_bf16x2(b0, b1))
+    } else {
+        let (a0, a1) = rotate_pair(a0, a1, cs[0], cs[1]);
+        (pack_bf16x2(a0, a1), pack_bf16x2(b0, b1))
+    }
+}
+
+/// Phase R: q̂, k̂, x and x_w of the chunk as bf16 tiles (zero rows past `len`).
+#[inline(always)]
+unsafe fn phase_rotate(bk: &Blk, len: u32, bank: u32, half_split: bool, rp: &RankParams) {
+    let l = bk.lane;
+    let r = bk.warp;
+    // SAFETY (whole body): rows < 64 and columns < 128 (q, k) or < 64 (x) of the layout's tiles;
+    // the staging rows read are those of times < len, which the last `cp.async` group wrote.
+    unsafe {
+        let v_at = bk.base + L::BANK + bank * L::BANK_BYTES;
+        for i in 0..C {
+            let rho = 4 * i + r;
+            let qk_at = rho * L::QK_STRIDE + 4 * l;
+            let x_at = rho * L::X_STRIDE + 4 * l;
+            if i < len {
+                let cs = if half_split {
+                    if l < 16 {
+                        ld_shared_v4_f32(bk.base + L::CS + 256 * i + 16 * l)
+                    } else {
+                        [1.0, 0.0, 1.0, 0.0]
+                    }
+                } else {
+                    let [c, s] = ld_shared_v2_f32(bk.base + L::CS + 256 * i + 8 * l);
+                    [c, s, 1.0, 0.0]
+                };
+                let raw = rho * 256 + 4 * l;
+                let (q_lo, q_hi) = (
+                    ld_shared_u32(bk.base + L::RAW_Q + raw),
+                    ld_shared_u32(bk.base + L::RAW_Q + raw + 128),
+                );
+                let (k_lo, k_hi) = (
+                    ld_shared_u32(bk.base + L::RAW_K + raw),
+                    ld_shared_u32(bk.base + L::RAW_K + raw + 128),
+                );
+                let (q0, q1) = rotate_row(q_lo, q_hi, rp.q_bias, cs, half_split);
+                let (k0, k1) = rotate_row(k_lo, k_hi, rp.k_bias, cs, half_split);
+                st_shared_u32(bk.base + L::Q + qk_at, q0);
+                st_shared_u32(bk.base + L::Q + qk_at + 128, q1);
+                st_shared_u32(bk.base + L::K + qk_at, k0);
+                st_shared_u32(bk.base + L::K + qk_at + 128, k1);
+                let (v0, v1) = unpack(ld_shared_u32(v_at + 128 * i + 4 * l));
+                let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
+                let ks = ld_shared_f32(bk.base + S_KSCALE + 4 * i);
+                st_shared_u32(bk.base + L::X + x_at, pack_bf16x2(x0, x1));
+                st_shared_u32(bk.base + L::XW + x_at, pack_bf16x2(x0 * ks, x1 * ks));
+            } else {
+                st_shared_u32(bk.base + L::Q + qk_at, 0);
+                st_shared_u32(bk.base + L::Q + qk_at + 128, 0);
+                st_shared_u32(bk.base + L::K + qk_at, 0);
+                st_shared_u32(bk.base + L::K + qk_at + 128, 0);
+                st_shared_u32(bk.base + L::X + x_at, 0);
+                st_shared_u32(bk.base + L::XW + x_at, 0);
+            }
+        }
+    }
+}
+
+/// `ldmatrix` row address of lane `lane` for the A operand (rows `row0..row0+16`, k columns
+/// `col0..col0+16` in bf16 elements) of a row-major bf16 tile with row stride `stride` bytes.
+#[inline(always)]
+fn a_addr(tile: u32, stride: u32, row0: u32, col0: u32, lane: u32) -> u32 {
+    tile + (row0 + lane % 16) * stride + 2 * (col0 + 8 * (lane / 16))
+}
+
+/// Phase M1: weighted scores of the warp's 16 rows into the W tile, then the inter-chunk outputs
+/// `exp(A_i)·q̂·Hᵀ` of the warp's 16 columns (all 64 rows).
+#[inline(always)]
+unsafe fn phase_scores_inter(bk: &Blk, state: &[[f32; 4]; 16]) -> [[[f32; 4]; 2]; 4] {
+    let (w, lane) = (bk.warp, bk.lane);
+    let (g, t4) = (lane / 4, lane % 4);
+    let q_tile = bk.base + L::Q;
+    let k_tile = bk.base + L::K;
+    // SAFETY (whole body): tile addresses inside the Q, K, W, WT and SCAL regions.
+    unsafe {
+        let mut sc = [[0.0f32; 4]; 8];
+        for kk in 0..8u32 {
+            let a = ldmatrix_x4(a_addr(q_tile, L::QK_STRIDE, 16 * w, 16 * kk, lane));
+            for jj in 0..4u32 {
+                if jj <= w {
+                    let row = 16 * jj + lane % 8 + 8 * (lane / 16);
+                    let col = 16 * kk + 8 * ((lane / 8) % 2);
+                    let b = ldmatrix_x4(k_tile + row * L::QK_STRIDE + 2 * col);
+                    mma_m16n8k16_bf16_f32(&mut sc[2 * jj as usize], a, [b[0], b[1]]);
+                    mma_m16n8k16_bf16_f32(&mut sc[2 * jj as usize + 1], a, [b[2], b[3]]);
+                }
+            }
+        }
+        let ia = 4 * w + g / 4;
+        for (jt, s) in sc.iter().enumerate() {
+            let jt = jt as u32;
+            if jt < 2 * w + 2 {
+                let ip = 2 * jt + t4 / 2;
+                let wa = ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip));
+                let wb = ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip));
+                let at = bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
+                st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
+                st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+            }
+        }
+
+        let mut y = [[[0.0f32; 4]; 2]; 4];
+        for kk in 0..8usize {
+            let (s0, s1) = (&state[2 * kk], &state[2 * kk + 1]);
+            let b0 = [pack_bf16x2(s0[0], s0[1]), pack_bf16x2(s1[0], s1[1])];
+            let b1 = [pack_bf16x2(s0[2], s0[3]), pack_bf16x2(s1[2], s1[3])];
+            for (mt, ym) in y.iter_mut().enumerate() {
+                let a = ldmatrix_x4(a_addr(
+                    q_tile,
+                    L::QK_STRIDE,
+                    16 * mt as u32,
+                    16 * kk as u32,
+                    lane,
+                ));
+                mma_m16n8k16_bf16_f32(&mut ym[0], a, b0);
+                mma_m16n8k16_bf16_f32(&mut ym[1], a, b1);
+            }
+        }
+        for (mt, ym) in y.iter_mut().enumerate() {
+            let i = 4 * mt as u32 + g / 4;
+            let ea = ld_shared_f32(bk.base + S_EXPA + 4 * i);
+            let eb = ld_shared_f32(bk.base + S_EXPA + 4 * (i + 2));
+            for yj in ym.iter_mut() {
+                yj[0] *= ea;
+                yj[1] *= ea;
+                yj[2] *= eb;
+                yj[3] *= eb;
+            }
+        }
+        y
+    }
+}
+
+/// Phase M2, first part: the intra-chunk outputs (weighted scores times x, causal tiles only).
+#[inline(always)]
+unsafe fn phase_intra(bk: &Blk, y: &mut [[[f32; 4]; 2]; 4]) {
+    let (w, lane) = (bk.warp, bk.lane);
+    // SAFETY (whole body): tile addresses inside the X and W regions.
+    unsafe {
+        for kk in 0..4u32 {
+            let row = 16 * kk + lane % 16;
+            let col = 16 * w + 8 * (lane / 16);
+            let bx = ldmatrix_x4_trans(bk.base + L::X + row * L::X_STRIDE + 2 * col);
+            for (mt, ym) in y.iter_mut().enumerate() {
+                if kk <= mt as u32 {
+                    let a = ldmatrix_x4(a_addr(
+                        bk.base + L::W,
+                        L::X_STRIDE,
+                        16 * mt as u32,
+                        16 * kk,
+                        lane,
+                    ));
+                    mma_m16n8k16_bf16_f32(&mut ym[0], a, [bx[0], bx[1]]);
+                    mma_m16n8k16_bf16_f32(&mut ym[1], a, [bx[2], bx[3]]);
+                }
+            }
+        }
+    }
+}
+
+/// Per-lane constants of the epilogue: the lane's rank `r = (lane/4) mod 4` and its four columns
+/// `p = 16w + 8j + 2(lane mod 4) + e`.
+#[derive(Clone, Copy)]
+struct ColumnParams {
+    /// `D_h·mimo_v[r, p]` (x = v·mimo_v enters the output as `D·x`).
+    d_mimo_v: [[f32; 2]; 2],
+    mimo_z: [[f32; 2]; 2],
+    mimo_o: [[f32; 2]; 2],
+    norm_w: [[f32; 2]; 2],
+}
+
+#[inline(always)]
+unsafe fn column_params(prm: &ForwardParams, bk: &Blk) -> ColumnParams {
+    let r = ((bk.lane / 4) % 4) as usize;
+    let hr = (bk.h * R as usize + r) * P as usize;
+    let d_h = if prm.d != 0 {
+        // SAFETY: h < H.
+        unsafe { ldg(prm.d, bk.h) }
+    } else {
+        0.0
+    };
+    let mut cp = ColumnParams {
+        d_mimo_v: [[0.0; 2]; 2],
+        mimo_z: [[0.0; 2]; 2],
+        mimo_o: [[1.0; 2]; 2],
+        norm_w: [[1.0; 2]; 2],
+    };
+    // SAFETY (whole body): (h, r, p) inside the (H,R,P) weights, (h, p) inside the norm weight.
+    unsafe {
+        for j in 0..2 {
+            for e in 0..2 {
+                let p = (16 * bk.warp + 8 * j as u32 + 2 * (bk.lane % 4)) as usize + e;
+                cp.d_mimo_v[j][e] = d_h * ldg(prm.mimo_v, hr + p);
+                if prm.z != 0 {
+                    cp.mimo_z[j][e] = ldg(prm.mimo_z, hr + p);
+                }
+                if prm.mode != output_mode::PREREDUCE {
+                    cp.mimo_o[j][e] = ldg(prm.mimo_o, hr + p);
+                }
+                if prm.mode == output_mode::FUSED_NORM && prm.norm_weight != 0 {
+                    cp.norm_w[j][e] = ldg(prm.norm_weight, bk.h * P as usize + p);
+                }
+            }
+        }
+    }
+    cp
+}
+
+/// Phase M2, second part: D, norm, gate, contraction (or prereduce) and the output stores.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn phase_epilogue(
+    prm: &ForwardParams,
+    bk: &Blk,
+    c0: u32,
+    len: u32,
+    bank: u32,
+    y: &mut [[[f32; 4]; 2]; 4],
+    cp: &ColumnParams,
+) {
+    let (w, lane) = (bk.warp, bk.lane);
+    let (g, t4) = (lane / 4, lane % 4);
+    let r = g % 4;
+    let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
+    let has_z = prm.z != 0;
+    let norm = prm.mode == output_mode::FUSED_NORM;
+    // SAFETY (whole body): bank rows < len (written by the chunk's `cp.async` group), tile and
+    // NORM addresses inside the layout; output indices of times < len inside the output tensor.
+    unsafe {
+        // D·x, and the z values (the same words serve both halves of the accumulator rows).
+        let mut zs = [[[0.0f32; 4]; 2]; 4];
+        for (mt, ym) in y.iter_mut().enumerate() {
+            for half in 0..2u32 {
+                let i = 4 * mt as u32 + g / 4 + 2 * half;
+                if i < len {
+                    for (j, yj) in ym.iter_mut().enumerate() {
+                        let col = 16 * w + 8 * j as u32 + 2 * t4;
+                        let (v0, v1) = unpack(ld_shared_u32(bank_at + 128 * i + 2 * col));
+                        let s = 2 * half as usize;
+                        yj[s] += v0 * cp.d_mimo_v[j][0];
+                        yj[s + 1] += v1 * cp.d_mimo_v[j][1];
+                        if has_z {
+                            let (z0, z1) =
+                                unpack(ld_shared_u32(bank_at + 2048 + 128 * i + 2 * col));
+                            zs[mt][j][s] = z0;
+                            zs[mt][j][s + 1] = z1;
+                        }
+                    }
+                }
+            }
+        }
+        if norm {
+            for (mt, ym) in y.iter().enumerate() {
+                for half in 0..2usize {
+                    let s = 2 * half;
+                    let mut ss = 0.0f32;
+                    for yj in ym.iter() {
+                        ss += yj[s] * yj[s] + yj[s + 1] * yj[s + 1];
+                    }
+                    ss += shfl_xor_f32(ss, 1);
+                    ss += shfl_xor_f32(ss, 2);
+                    if t4 == 0 {
+                        let row = 16 * mt as u32 + g + 8 * half as u32;
+                        st_shared_f32(bk.base + L::NORM + 4 * (64 * w + row), ss);
+                    }
+                }
+            }
+            sync_threads();
+            for (mt, ym) in y.iter_mut().enumerate() {
+                for half in 0..2usize {
+                    let row = 16 * mt as u32 + g + 8 * half as u32;
+                    let mut total = 0.0f32;
+                    for ww in 0..4u32 {
+                        total += ld_shared_f32(bk.base + L::NORM + 4 * (64 * ww + row));
+                    }
+                    let rstd = rsqrt(total / P as f32 + prm.norm_eps);
+                    for (j, yj) in ym.iter_mut().enumerate() {
+                        yj[2 * half] *= rstd * cp.norm_w[j][0];
+                        yj[2 * half + 1] *= rstd * cp.norm_w[j][1];
+                    }
+                }
+            }
+        }
+        if has_z {
+            for (mt, ym) in y.iter_mut().enumerate() {
+                for (j, yj) in ym.iter_mut().enumerate() {
+                    for s in 0..4 {
+                        yj[s] *= silu_rcp(zs[mt][j][s] * cp.mimo_z[j][s % 2]);
+                    }
+                }
+            }
+        }
+        let tok0 = bk.b * bk.s_len + c0 as usize;
+        if prm.mode == output_mode::PREREDUCE {
+            for (mt, ym) in y.iter().enumerate() {
+                for half in 0..2u32 {
+                    let i = 4 * mt as u32 + g / 4 + 2 * half;
+                    if i < len {
+                        for (j, yj) in ym.iter().enumerate() {
+                            let col = 16 * w + 8 * j as u32 + 2 * t4;
+                            let s = 2 * half as usize;
+                            let at = (((tok0 + i as usize) * R as usize + r as usize) * bk.heads
+                                + bk.h)
+                                * P as usize
+                                + col as usize;
+                            st_global_u32(prm.out + 2 * at as u64, pack_bf16x2(yj[s], yj[s + 1]));
+                        }
+                    }
+                }
+            }
+        } else {
+            for (mt, ym) in y.iter().enumerate() {
+                for half in 0..2u32 {
+                    let i = 4 * mt as u32 + g / 4 + 2 * half;
+                    for (j, yj) in ym.iter().enumerate() {
+                        let s = 2 * half as usize;
+                        let mut o0 = yj[s] * cp.mimo_o[j][0];
+                        let mut o1 = yj[s + 1] * cp.mimo_o[j][1];
+                        o0 += shfl_xor_f32(o0, 4);
+                        o1 += shfl_xor_f32(o1, 4);
+                        o0 += shfl_xor_f32(o0, 8);
+                        o1 += shfl_xor_f32(o1, 8);
+                        // The four rank lanes hold the same sums: each stores one (tile, half, j).
+                        if i < len && r == 2 * half + j as u32 {
+                            let col = 16 * w + 8 * j as u32 + 2 * t4;
+                            let at =
+                                ((tok0 + i as usize) * bk.heads + bk.h) * P as usize + col as usize;
+                            st_global_u32(prm.out + 2 * at as u64, pack_bf16x2(o0, o1));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Phase M3: `H ← exp(A_last)·H + x_wᵀ·k̂` for the warp's 16 state rows.
+#[inline(always)]
+unsafe fn phase_state(bk: &Blk, len: u32, state: &mut [[f32; 4]; 16]) {
+    let (w, lane) = (bk.warp, bk.lane);
+    // SAFETY (whole body): tile addresses inside the XW and K regions, len − 1 < 16.
+    unsafe {
+        let decay = ld_shared_f32(bk.base + S_EXPA + 4 * (len - 1));
+        for st in state.iter_mut() {
+            for v in st.iter_mut() {
+                *v *= decay;
+            }
+        }
+        for kk in 0..4u32 {
+            let row = 16 * kk + lane % 8 + 8 * (lane / 16);
+            let col = 16 * w + 8 * ((lane / 8) % 2);
+            let a = ldmatrix_x4_trans(bk.base + L::XW + row * L::X_STRIDE + 2 * col);
+            for np in 0..8u32 {
+                let row = 16 * kk + lane % 16;
+                let col = 16 * np + 8 * (lane / 16);
+                let b = ldmatrix_x4_trans(bk.base + L::K + row * L::QK_STRIDE + 2 * col);
+                mma_m16n8k16_bf16_f32(&mut state[2 * np as usize], a, [b[0], b[1]]);
+                mma_m16n8k16_bf16_f32(&mut state[2 * np as usize + 1], a, [b[2], b[3]]);
+            }
+        }
+    }
+}
+
+/// Index of the lane's state element `(tile nt, slot s)` in a row-major (P, N) f32 matrix.
+#[inline(always)]
+fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
+    let p = 16 * w + lane / 4 + 8 * (s as u32 / 2);
+    let n = 8 * nt as u32 + 2 * (lane % 4) + s as u32 % 2;
+    (p * N + n) as usize
+}
+
+/// Final θ, SSM state, last k̂ and last raw v (the block that ends at S).
+#[inline(always)]
+unsafe fn write_final_states(prm: &ForwardParams, bk: &Blk, last_len: u32, state: &[[f32; 4]; 16]) {
+    let bh = bk.b * bk.heads + bk.h;
+    // SAFETY (whole body): indices inside the final-state tensors of the launch contract, the
+    // THETA region and the k̂ tile.
+    unsafe {
+        if prm.final_theta != 0 && bk.tid < NA {
+            let th = stored_f32(ld_shared_f64(bk.base + L::THETA + 8 * bk.tid));
+            stg(prm.final_theta, bh * NA as usize + bk.tid as usize, th);
+        }
+        if prm.final_ssm != 0 {
+            for (nt, st) in state.iter().enumerate() {
+                for (s, v) in st.iter().enumerate() {
+                    let at = bh * (P * N) as usize + state_index(bk.warp, bk.lane, nt, s);
+                    stg(prm.final_ssm, at, *v);
+                }
+            }
+        }
+        if prm.final_k != 0 {
+            let mut e = bk.tid;
+            while e < R * N {
+                let (r, n) = (e / N, e % N);
+                let rho = 4 * (last_len - 1) + r;
+                let word = ld_shared_u32(bk.base + L::K + rho * L::QK_STRIDE + 4 * (n / 2));
+                let (lo, hi) = unpack(word);
+                let v = if n % 2 == 0 { lo } else { hi };
+                Bf16::store(
+                    prm.final_k,
+                    ((bk.b * R as usize + r as usize) * bk.heads + bk.h) * N as usize + n as usize,
+                    v,
+                );
+                e += T;
+            }
+        }
+        if prm.final_v != 0 && bk.tid < P {
+            let last = bk.b * bk.s_len + bk.s_len - 1;
+            let p = bk.tid as usize;
+            let v = Bf16::load(prm.v, (last * bk.heads + bk.h) * P as usize + p);
+            Bf16::store(prm.final_v, bh * P as usize + p, v);
+        }
+    }
+}
+
+/// The forward body (see the module docs and launch contract).
+///
+/// # Safety
+/// The module's launch contract.
+#[inline(always)]
+pub unsafe fn chunked_forward_mma(prm: &ForwardParams) {
+    let (heads, groups) = (prm.heads as usize, prm.groups as usize);
+    let h = block_x() as usize;
+    let segments = prm.segments.max(1) as usize;
+    let y = block_y() as usize;
+    let b = y / segments;
+    let seg = y - b * segments;
+    let (t_begin, t_end) = if segments > 1 {
+        let span = prm.seg_chunks * C;
+        (
+            (seg as u32 * span).min(prm.seq_len),
+            ((seg as u32 + 1) * span).min(prm.seq_len),
+        )
+    } else {
+        (0, prm.seq_len)
+    };
+    let tid = thread_x();
+    let bk = Blk {
+        base: smem_base(),
+        tid,
+        warp: tid / 32,
+        lane: tid % 32,
+        b,
+        h,
+        g: h / (heads / groups),
+        s_len: prm.seq_len as usize,
+        heads,
+        groups,
+        row: (b * heads + h) * prm.seq_len as usize,
+    };
+    let half_split = prm.rotation == rotation::HALF_SPLIT;
+    // SAFETY (whole body): the launch contract; phases are separated by block barriers.
+    unsafe {
+        let rp = rank_params(prm, &bk);
+        let cp = column_params(prm, &bk);
+        let mut state = [[0.0f32; 4]; 16];
+        if t_begin < t_end {
+            stage_chunk(prm, &bk, t_begin, (t_end - t_begin).min(C), 0);
+        }
+        commit_group();
+        let mut pf = prefetch(prm, &bk, t_begin, (t_end - t_begin).min(C));
+        if seg > 0 {
+            let slots = segments - 1;
+            let slot = (b * heads + h) * slots + seg - 1;
+            for (nt, st) in state.iter_mut().enumerate() {
+                for (s, v) in st.iter_mut().enumerate() {
+                    *v = ldg(
+                        prm.seg_state,
+                        slot * (P * N) as usize + state_index(bk.warp, bk.lane, nt, s),
+                    );
+                }
+            }
+            if tid < NA {
+                let at = 2 * (slot * NA as usize + tid as usize);
+                let theta = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
+                st_shared_f64(bk.base + L::THETA + 8 * tid, theta);
+            }
+        } else if tid < NA {
+            st_shared_f64(bk.base + L::THETA + 8 * tid, 0.0);
+        }
+        wait_group::<0>();
+        sync_threads();
+
+        let mut c0 = t_begin;
+        let mut bank = 0u32;
+        let mut last_len = 1u32;
+        while c0 < t_end {
+            let len = (t_end - c0).min(C);
+            last_len = len;
+            let (carry, loc) = phase_increments(&bk, len, &pf);
+            sync_threads();
+            phase_angles_weights(&bk, len, carry, loc);
+            sync_threads();
+            let next = c0 + C;
+            if next < t_end {
+                pf = prefetch(prm, &bk, next, (t_end - next).min(C));
+            }
+            phase_rotate(&bk, len, bank, half_split, &rp);
+            sync_threads();
+            if next < t_end {
+                stage_chunk(prm, &bk, next, (t_end - next).min(C), bank ^ 1);
+            }
+            commit_group();
+            let mut y = phase_scores_inter(&bk, &state);
+            sync_threads();
+            phase_intra(&bk, &mut y);
+            phase_epilogue(prm, &bk, c0, len, bank, &mut y, &cp);
+            phase_state(&bk, len, &mut state);
+            wait_group::<0>();
+            sync_threads();
+            c0 = next;
+            bank ^= 1;
+        }
+        if t_end == prm.seq_len && t_begin < t_end {
+            write_final_states(prm, &bk, last_len, &state);
+        }
+    }
+}
+
+/// Tensor-core forward entry point for bf16, R = 4, N = 128, P = 64, Na = 32, C = 16 (see the
+/// module's launch contract).
+///
+/// # Safety
+/// The module's launch contract.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn forward_mma_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma(&params) }
+}
