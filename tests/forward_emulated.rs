@@ -238,7 +238,15 @@ fn run_emulated(
     );
     let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
     let grid = (g.heads as u32, (g.batch * segments) as u32);
-    if segments > 1 {
+    if segments > 1 && forward == Forward::TensorCore {
+        emulation::run_grid(
+            grid,
+            FORWARD_MMA_THREADS as usize,
+            forward_mma_smem::BYTES as usize / 4,
+            &mem.buffers,
+            || unsafe { chunked_forward_mma::chunked_forward_mma::<true>(&params) },
+        );
+    } else if segments > 1 {
         emulation::run_grid(
             grid,
             FORWARD_THREADS as usize,
@@ -267,6 +275,8 @@ fn run_emulated(
                 }
             },
         );
+    }
+    if segments > 1 {
         let combine = SegmentCombineParams {
             seg_state: params.seg_state,
             seg_theta: params.seg_theta,
@@ -295,7 +305,7 @@ fn run_emulated(
             FORWARD_MMA_THREADS as usize,
             forward_mma_smem::BYTES as usize / 4,
             &mem.buffers,
-            || unsafe { chunked_forward_mma::chunked_forward_mma(&params) },
+            || unsafe { chunked_forward_mma::chunked_forward_mma::<false>(&params) },
         );
     } else {
         run_chunked_forward(grid, words, &mem.buffers, &params, g, chunk, bf16);
@@ -676,7 +686,8 @@ fn angle_increment_is_accurate_in_f64() {
         let dt = rng.uniform_range(0.0, 2.0) as f32;
         let want = std::f64::consts::PI * (logit as f64).tanh() * dt as f64;
         let got = angles::angle_increment(logit, dt);
-        worst = worst.max((got - want).abs());
+        let got_horner = angles::angle_increment_horner(logit, dt);
+        worst = worst.max((got - want).abs()).max((got_horner - want).abs());
     }
     for x in [0.0f64, 1e-30, -1e-8, 0.5, -3.0, 19.9, 20.1, -1e3] {
         assert!((angles::tanh_f64(x) - x.tanh()).abs() < 1e-15, "tanh({x})");
@@ -685,6 +696,8 @@ fn angle_increment_is_accurate_in_f64() {
     for y in [0.0f64, 1e-3, 0.3466, 1.0, 10.0, 40.0, 63.9] {
         let rel = (angles::exp_f64(y) - y.exp()).abs() / y.exp();
         assert!(rel < 4e-16, "exp({y}): relative error {rel:e}");
+        let rel = (angles::exp_f64_horner(y) - y.exp()).abs() / y.exp();
+        assert!(rel < 4e-16, "Horner exp({y}): relative error {rel:e}");
     }
     eprintln!("angle increment: worst absolute error {worst:.2e} over 200000 draws");
     assert!(worst < 2e-15, "{worst:e}");

@@ -4,8 +4,9 @@
 mod common;
 
 use mamba3::forward::{
-    dispatch_paths, dispatch_paths_with_workspace, sequence_segments, validate, validate_config,
-    workspace_len, Dtype, ForwardConfig, ForwardLens, MAX_SEGMENTS, MIN_SEGMENT_CHUNKS,
+    blocks_per_sm, dispatch_paths, dispatch_paths_with_workspace, sequence_segments, validate,
+    validate_config, workspace_len, Dtype, ForwardConfig, ForwardLens, MAX_SEGMENTS,
+    MIN_SEGMENT_CHUNKS,
 };
 use mamba3::golden::{OutputMode, Rotation};
 use mamba3::Error;
@@ -413,13 +414,30 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
         groups: 1,
         ..config()
     };
-    assert_eq!(sequence_segments(&base, 132), 2);
+    // The tensor-core kernel: two blocks per SM, so four segments of 64 rows fill 132 SMs.
+    assert_eq!(blocks_per_sm(&base), 2);
+    assert_eq!(sequence_segments(&base, 132), 4);
     assert_eq!(
         dispatch_paths_with_workspace(&base, 132),
         vec![
-            "segment_state_fixed_bf16_r4_n128_p64_na32_c16",
+            "segment_state_mma_bf16_r4_n128_p64_na32_c16",
             "segment_combine_f32",
             "forward_mma_bf16_r4_n128_p64_na32_c16"
+        ]
+    );
+    // f32 at the same geometry: the fixed-geometry kernels, one block per SM.
+    let base_f32 = ForwardConfig {
+        dtype: Dtype::F32,
+        ..base
+    };
+    assert_eq!(blocks_per_sm(&base_f32), 1);
+    assert_eq!(sequence_segments(&base_f32, 132), 2);
+    assert_eq!(
+        dispatch_paths_with_workspace(&base_f32, 132),
+        vec![
+            "segment_state_fixed_f32_r4_n128_p64_na32_c16",
+            "segment_combine_f32",
+            "forward_fixed_f32_r4_n128_p64_na32_c16"
         ]
     );
     // Another chunk size: no fixed-geometry instantiation, the rank's general kernels.
@@ -435,7 +453,7 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
             "forward_fma_bf16_r4"
         ]
     );
-    assert_eq!(workspace_len(&base, 132), 64 * (64 * 128 + 2 * 32 + 1));
+    assert_eq!(workspace_len(&base, 132), 3 * 64 * (64 * 128 + 2 * 32 + 1));
     for sms in [1usize, 16, 66, 108, 132, 1000] {
         for (batch, heads) in [
             (1usize, 1usize),
@@ -471,7 +489,7 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
                     continue;
                 }
                 assert!(
-                    k <= MAX_SEGMENTS && k * rows <= sms,
+                    k <= MAX_SEGMENTS && k * rows <= blocks_per_sm(&c) * sms,
                     "{c:?} on {sms} SMs: K = {k}"
                 );
                 // The kernel's segments: whole chunks, `chunks.div_ceil(k)` each, none empty.

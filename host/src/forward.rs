@@ -457,9 +457,9 @@ fn fixed_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
     )
 }
 
-/// The tensor-core forward for `config`, if its dtype and geometry have one
-/// ([`Kernel::forward_tensor_core`]).
-fn tensor_core_kernel(config: &ForwardConfig) -> Option<Kernel> {
+/// The tensor-core forward and its segment-state pass for `config`, if its dtype and geometry
+/// have them ([`Kernel::forward_tensor_core`]).
+fn tensor_core_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
     Kernel::forward_tensor_core(
         config.dtype,
         FixedForwardGeometry {
@@ -478,7 +478,9 @@ fn tensor_core_kernel(config: &ForwardConfig) -> Option<Kernel> {
 /// falls back to the next choice), else the fixed-geometry instantiation
 /// ([`Kernel::forward_fixed`]), else the one for its activation dtype and rank, if any.
 pub fn kernel_for(config: &ForwardConfig) -> Option<Kernel> {
-    tensor_core_kernel(config).or_else(|| chunked_kernel_for(config))
+    tensor_core_kernels(config)
+        .map(|(forward, _)| forward)
+        .or_else(|| chunked_kernel_for(config))
 }
 
 /// [`kernel_for`] without the tensor-core kernel: the `chunked_forward` instantiation.
@@ -490,6 +492,13 @@ fn chunked_kernel_for(config: &ForwardConfig) -> Option<Kernel> {
 
 /// The segment-state kernel of the split forward for `config`, chosen like [`kernel_for`].
 pub fn segment_state_kernel_for(config: &ForwardConfig) -> Option<Kernel> {
+    tensor_core_kernels(config)
+        .map(|(_, segment_state)| segment_state)
+        .or_else(|| chunked_segment_state_kernel_for(config))
+}
+
+/// [`segment_state_kernel_for`] without the tensor-core kernel.
+fn chunked_segment_state_kernel_for(config: &ForwardConfig) -> Option<Kernel> {
     fixed_kernels(config)
         .map(|(_, segment_state)| segment_state)
         .or_else(|| Kernel::segment_state(config.dtype, config.rank))
@@ -512,18 +521,28 @@ pub const MAX_SEGMENTS: usize = 64;
 /// Fewest chunks per segment: shorter segments would spend more on the hand-off than they gain.
 pub const MIN_SEGMENT_CHUNKS: usize = 2;
 
+/// Blocks of the forward that one SM holds at once: 2 for the tensor-core kernel (109 KB of
+/// shared memory, 128 threads), 1 for `chunked_forward`'s (up to 227 KB, 256 threads).
+pub fn blocks_per_sm(config: &ForwardConfig) -> usize {
+    if tensor_core_kernels(config).is_some() {
+        2
+    } else {
+        1
+    }
+}
+
 /// Segments K per (head, batch) row that [`forward_with_workspace`] uses on a GPU with
 /// `sm_count` SMs: 1 (no split) when B·H rows already fill the SMs, else as many as fit one wave
-/// of one block per SM (`⌊sm_count / (B·H)⌋`), at most [`MAX_SEGMENTS`] and at least
-/// [`MIN_SEGMENT_CHUNKS`] chunks each; every segment holds whole chunks and none is empty.
-/// 1 for an invalid config.
+/// (`⌊blocks_per_sm · sm_count / (B·H)⌋`, see [`blocks_per_sm`]), at most [`MAX_SEGMENTS`] and
+/// at least [`MIN_SEGMENT_CHUNKS`] chunks each; every segment holds whole chunks and none is
+/// empty. 1 for an invalid config.
 pub fn sequence_segments(config: &ForwardConfig, sm_count: usize) -> usize {
     if validate_config(config).is_err() {
         return 1;
     }
     let rows = config.batch.saturating_mul(config.heads);
     let chunks = config.seq_len.div_ceil(config.chunk_size);
-    let wanted = (sm_count / rows)
+    let wanted = (blocks_per_sm(config).saturating_mul(sm_count) / rows)
         .min(MAX_SEGMENTS)
         .min(chunks / MIN_SEGMENT_CHUNKS);
     if wanted <= 1 {
@@ -892,23 +911,24 @@ fn forward_impl<T: Activation>(
         .iter()
         .all(|p| p.is_multiple_of(16));
     let fits = forward_mma_smem::BYTES as usize <= gpu.max_shared_memory_optin();
-    let (kernel, forward_cfg) = match tensor_core_kernel(config) {
-        Some(tc) if aligned && fits => (
+    let chunked_segment_state = chunked_segment_state_kernel_for(config)
+        .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
+    let (kernel, segment_state, cfg) = match tensor_core_kernels(config) {
+        Some((tc, tc_segment_state)) if aligned && fits => (
             tc,
+            tc_segment_state,
             LaunchConfig {
                 block_dim: (FORWARD_MMA_THREADS, 1, 1),
                 shared_mem_bytes: forward_mma_smem::BYTES,
                 ..cfg
             },
         ),
-        _ => (chunked, cfg),
+        _ => (chunked, chunked_segment_state, cfg),
     };
     let args = Args(params);
     let result = (|| {
         if segments > 1 {
-            let pass1 = segment_state_kernel_for(config)
-                .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
-            let mut launch = gpu.launch(stream, pass1)?;
+            let mut launch = gpu.launch(stream, segment_state)?;
             launch.arg(&args);
             // SAFETY: as for the forward launch below; the segment-state pass takes the same
             // parameters and writes only hand-off slots 0..K−1 of the checked workspace.
@@ -944,7 +964,7 @@ fn forward_impl<T: Activation>(
         // checked against its documented shape by `validate`, outputs (and the workspace) do not
         // overlap anything, the tensor-core kernel gets 16-byte aligned q, k, v and z, and the
         // guards keep the buffers' event tracking alive until the launch is enqueued.
-        unsafe { launch.run(forward_cfg) }
+        unsafe { launch.run(cfg) }
     })();
     drop(out_guards);
     drop(guards);

@@ -100,6 +100,8 @@ pub enum Kernel {
     /// Chunked forward on bf16 tensor cores (`mma.m16n8k16`, state in registers), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
     ForwardMmaBf16R4N128P64Na32C16,
+    /// Segment-state pass of the split tensor-core forward, bf16, R=4, N=128, P=64, Na=32, C=16.
+    SegmentStateMmaBf16R4N128P64Na32C16,
     /// Segment-state pass instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), f32
     /// activations.
     SegmentStateFixedF32R4N128P64Na32C16,
@@ -136,7 +138,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 61] = [
+    pub const ALL: [Kernel; 62] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -183,6 +185,7 @@ impl Kernel {
         Kernel::ForwardFixedF32R4N128P64Na32C16,
         Kernel::ForwardFixedBf16R4N128P64Na32C16,
         Kernel::ForwardMmaBf16R4N128P64Na32C16,
+        Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
         Kernel::SegmentStateFixedF32R4N128P64Na32C16,
         Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
         Kernel::SegmentStateF32R1,
@@ -251,6 +254,9 @@ impl Kernel {
             Kernel::ForwardFixedF32R4N128P64Na32C16 => "forward_fixed_f32_r4_n128_p64_na32_c16",
             Kernel::ForwardFixedBf16R4N128P64Na32C16 => "forward_fixed_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaBf16R4N128P64Na32C16 => "forward_mma_bf16_r4_n128_p64_na32_c16",
+            Kernel::SegmentStateMmaBf16R4N128P64Na32C16 => {
+                "segment_state_mma_bf16_r4_n128_p64_na32_c16"
+            }
             Kernel::SegmentStateFixedF32R4N128P64Na32C16 => {
                 "segment_state_fixed_f32_r4_n128_p64_na32_c16"
             }
@@ -308,12 +314,12 @@ impl Kernel {
             .map(|row| (row.forward, row.segment_state))
     }
 
-    /// The tensor-core forward for exactly this dtype and geometry, if any (see
-    /// [`FixedForward::tensor_core`]).
+    /// The tensor-core forward and its segment-state pass for exactly this dtype and geometry,
+    /// if any (see [`FixedForward::tensor_core`]).
     pub fn forward_tensor_core(
         dtype: crate::Dtype,
         geometry: FixedForwardGeometry,
-    ) -> Option<Kernel> {
+    ) -> Option<(Kernel, Kernel)> {
         FIXED_FORWARD
             .iter()
             .find(|row| row.dtype == dtype && row.geometry == geometry)
@@ -371,10 +377,12 @@ pub struct FixedForward {
     pub forward: Kernel,
     /// The segment-state kernel.
     pub segment_state: Kernel,
-    /// The tensor-core forward ([`Kernel::ForwardMmaBf16R4N128P64Na32C16`]), where one exists
-    /// for this dtype and geometry: the host prefers it to `forward` when q, k, v and z are
-    /// 16-byte aligned.
-    pub tensor_core: Option<Kernel>,
+    /// The tensor-core forward and its segment-state pass
+    /// ([`Kernel::ForwardMmaBf16R4N128P64Na32C16`], [`Kernel::SegmentStateMmaBf16R4N128P64Na32C16`]),
+    /// where they exist for this dtype and geometry: the host prefers them to `forward` and
+    /// `segment_state` when q, k, v and z are 16-byte aligned and the kernel's shared memory
+    /// fits the GPU.
+    pub tensor_core: Option<(Kernel, Kernel)>,
 }
 
 /// The benchmark's (and upstream's tuned) geometry.
@@ -401,7 +409,10 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         geometry: GEOMETRY_R4_N128_P64_NA32_C16,
         forward: Kernel::ForwardFixedBf16R4N128P64Na32C16,
         segment_state: Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
-        tensor_core: Some(Kernel::ForwardMmaBf16R4N128P64Na32C16),
+        tensor_core: Some((
+            Kernel::ForwardMmaBf16R4N128P64Na32C16,
+            Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
+        )),
     },
 ];
 
@@ -607,9 +618,13 @@ mod tests {
                 ..g
             };
             assert_eq!(Kernel::forward_fixed(row.dtype, other), None);
-            if let Some(tc) = row.tensor_core {
+            if let Some((tc, tc_seg)) = row.tensor_core {
                 assert_eq!(tc.symbol(), format!("forward_mma_{suffix}"));
-                assert_eq!(Kernel::forward_tensor_core(row.dtype, g), Some(tc));
+                assert_eq!(tc_seg.symbol(), format!("segment_state_mma_{suffix}"));
+                assert_eq!(
+                    Kernel::forward_tensor_core(row.dtype, g),
+                    Some((tc, tc_seg))
+                );
             }
             assert_eq!(Kernel::forward_tensor_core(row.dtype, other), None);
         }

@@ -39,7 +39,9 @@ use mamba3_abi::{
     forward_mma_smem as L, output_mode, rotation, ForwardParams, FORWARD_MMA_THREADS,
 };
 
-use crate::angles::{angle_increment, reduced_f32, rotate_pair, stored_f32, wrap_two_pi_f64};
+use crate::angles::{
+    angle_increment_horner, reduced_f32, rotate_pair, stored_f32, wrap_two_pi_f64,
+};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::pack_bf16x2;
 use crate::arch::global::st_global_u32;
@@ -50,6 +52,7 @@ use crate::arch::sreg::{
     shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
     st_shared_v2_f32, sync_threads, thread_x,
 };
+use crate::chunked_forward::split_f64;
 use crate::elem::{ldg, stg, Bf16, Elem};
 use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp, sincos};
 use crate::smem::{ld_shared_f64, st_shared_f64};
@@ -138,7 +141,13 @@ unsafe fn prefetch(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32) -> Prefetch
 /// Issues the `cp.async` copies of chunk `[c0, c0 + len)`'s raw q and k rows into the staging
 /// area and its v and z rows into bank `bank`.
 #[inline(always)]
-unsafe fn stage_chunk(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32, bank: u32) {
+unsafe fn stage_chunk<const STATES_ONLY: bool>(
+    prm: &ForwardParams,
+    bk: &Blk,
+    c0: u32,
+    len: u32,
+    bank: u32,
+) {
     let groups = bk.groups;
     // SAFETY (whole body): rows < len·R of tokens < S; 16-byte pieces of 16-byte aligned rows
     // (launch contract) into the staging regions of the layout.
@@ -153,10 +162,12 @@ unsafe fn stage_chunk(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32, bank: u3
                 + 8 * piece as usize)
                 * 2;
             let dst = rho * 256 + piece * 16;
-            cp_async_cg_16(
-                bk.base + L::RAW_Q + dst,
-                (prm.q as usize + src) as *const u8,
-            );
+            if !STATES_ONLY {
+                cp_async_cg_16(
+                    bk.base + L::RAW_Q + dst,
+                    (prm.q as usize + src) as *const u8,
+                );
+            }
             cp_async_cg_16(
                 bk.base + L::RAW_K + dst,
                 (prm.k as usize + src) as *const u8,
@@ -172,7 +183,7 @@ unsafe fn stage_chunk(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32, bank: u3
                 (((bk.b * bk.s_len + t) * bk.heads + bk.h) * P as usize + 8 * piece as usize) * 2;
             let dst = bank_at + i * 128 + piece * 16;
             cp_async_cg_16(dst, (prm.v as usize + src) as *const u8);
-            if prm.z != 0 {
+            if !STATES_ONLY && prm.z != 0 {
                 cp_async_cg_16(dst + 2048, (prm.z as usize + src) as *const u8);
             }
         }
@@ -191,7 +202,7 @@ unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch) -> (f64, [f64; 4])
         let mut acc = 0.0f64;
         for (u, l) in loc.iter_mut().enumerate() {
             if 4 * bk.warp + (u as u32) < len {
-                acc += angle_increment(pf.logits[u], pf.dts[u]);
+                acc += angle_increment_horner(pf.logits[u], pf.dts[u]);
             }
             *l = acc;
         }
@@ -248,7 +259,12 @@ unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3]) {
 /// Phase S2: θ of each (time, angle) from the carry and the warp totals, its cosine and sine;
 /// the new carry; the score weights.
 #[inline(always)]
-unsafe fn phase_angles_weights(bk: &Blk, len: u32, carry: f64, loc: [f64; 4]) {
+unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
+    bk: &Blk,
+    len: u32,
+    carry: f64,
+    loc: [f64; 4],
+) {
     // SAFETY (whole body): indices inside the TOT, CS, THETA, SCAL and WT regions.
     unsafe {
         let mut th0 = carry;
@@ -269,6 +285,9 @@ unsafe fn phase_angles_weights(bk: &Blk, len: u32, carry: f64, loc: [f64; 4]) {
             }
         }
         for m in 0..2u32 {
+            if STATES_ONLY {
+                break;
+            }
             let e = bk.tid + m * T;
             let (i, ip) = (e / C, e % C);
             let w = if ip < i {
@@ -329,7 +348,13 @@ fn rotate_row(lo: u32, hi: u32, bias: [f32; 4], cs: [f32; 4], half_split: bool) 
 
 /// Phase R: q̂, k̂, x and x_w of the chunk as bf16 tiles (zero rows past `len`).
 #[inline(always)]
-unsafe fn phase_rotate(bk: &Blk, len: u32, bank: u32, half_split: bool, rp: &RankParams) {
+unsafe fn phase_rotate<const STATES_ONLY: bool>(
+    bk: &Blk,
+    len: u32,
+    bank: u32,
+    half_split: bool,
+    rp: &RankParams,
+) {
     let l = bk.lane;
     let r = bk.warp;
     // SAFETY (whole body): rows < 64 and columns < 128 (q, k) or < 64 (x) of the layout's tiles;
@@ -352,31 +377,37 @@ unsafe fn phase_rotate(bk: &Blk, len: u32, bank: u32, half_split: bool, rp: &Ran
                     [c, s, 1.0, 0.0]
                 };
                 let raw = rho * 256 + 4 * l;
-                let (q_lo, q_hi) = (
-                    ld_shared_u32(bk.base + L::RAW_Q + raw),
-                    ld_shared_u32(bk.base + L::RAW_Q + raw + 128),
-                );
+                if !STATES_ONLY {
+                    let (q_lo, q_hi) = (
+                        ld_shared_u32(bk.base + L::RAW_Q + raw),
+                        ld_shared_u32(bk.base + L::RAW_Q + raw + 128),
+                    );
+                    let (q0, q1) = rotate_row(q_lo, q_hi, rp.q_bias, cs, half_split);
+                    st_shared_u32(bk.base + L::Q + qk_at, q0);
+                    st_shared_u32(bk.base + L::Q + qk_at + 128, q1);
+                }
                 let (k_lo, k_hi) = (
                     ld_shared_u32(bk.base + L::RAW_K + raw),
                     ld_shared_u32(bk.base + L::RAW_K + raw + 128),
                 );
-                let (q0, q1) = rotate_row(q_lo, q_hi, rp.q_bias, cs, half_split);
                 let (k0, k1) = rotate_row(k_lo, k_hi, rp.k_bias, cs, half_split);
-                st_shared_u32(bk.base + L::Q + qk_at, q0);
-                st_shared_u32(bk.base + L::Q + qk_at + 128, q1);
                 st_shared_u32(bk.base + L::K + qk_at, k0);
                 st_shared_u32(bk.base + L::K + qk_at + 128, k1);
                 let (v0, v1) = unpack(ld_shared_u32(v_at + 128 * i + 4 * l));
                 let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
                 let ks = ld_shared_f32(bk.base + S_KSCALE + 4 * i);
-                st_shared_u32(bk.base + L::X + x_at, pack_bf16x2(x0, x1));
+                if !STATES_ONLY {
+                    st_shared_u32(bk.base + L::X + x_at, pack_bf16x2(x0, x1));
+                }
                 st_shared_u32(bk.base + L::XW + x_at, pack_bf16x2(x0 * ks, x1 * ks));
             } else {
-                st_shared_u32(bk.base + L::Q + qk_at, 0);
-                st_shared_u32(bk.base + L::Q + qk_at + 128, 0);
+                if !STATES_ONLY {
+                    st_shared_u32(bk.base + L::Q + qk_at, 0);
+                    st_shared_u32(bk.base + L::Q + qk_at + 128, 0);
+                    st_shared_u32(bk.base + L::X + x_at, 0);
+                }
                 st_shared_u32(bk.base + L::K + qk_at, 0);
                 st_shared_u32(bk.base + L::K + qk_at + 128, 0);
-                st_shared_u32(bk.base + L::X + x_at, 0);
                 st_shared_u32(bk.base + L::XW + x_at, 0);
             }
         }
@@ -740,18 +771,56 @@ unsafe fn write_final_states(prm: &ForwardParams, bk: &Blk, last_len: u32, state
     }
 }
 
-/// The forward body (see the module docs and launch contract).
+/// Writes this block's segment end state, angle total and decay into hand-off slot `slot` (the
+/// segment-state pass; the format of `chunked_forward`'s).
+#[inline(always)]
+unsafe fn store_segment_end(
+    prm: &ForwardParams,
+    bk: &Blk,
+    slot: usize,
+    decay: f32,
+    state: &[[f32; 4]; 16],
+) {
+    // SAFETY (whole body): slot < (B,H,K−1) slots of the hand-off buffers of the launch contract.
+    unsafe {
+        for (nt, st) in state.iter().enumerate() {
+            for (s, v) in st.iter().enumerate() {
+                let at = slot * (P * N) as usize + state_index(bk.warp, bk.lane, nt, s);
+                stg(prm.seg_state, at, *v);
+            }
+        }
+        if bk.tid < NA {
+            let at = 2 * (slot * NA as usize + bk.tid as usize);
+            let (hi, lo) = split_f64(ld_shared_f64(bk.base + L::THETA + 8 * bk.tid));
+            stg(prm.seg_theta, at, hi);
+            stg(prm.seg_theta, at + 1, lo);
+        }
+        if bk.tid == 0 {
+            stg(prm.seg_decay, slot, decay);
+        }
+    }
+}
+
+/// The forward body (see the module docs and launch contract). `STATES_ONLY = false` is the
+/// forward proper: it starts from the true state of its segment (zero, or hand-off slot s−1
+/// after the combine pass) and writes the outputs, and the last segment the final states.
+/// `STATES_ONLY = true` is the segment-state pass: from a zero state and zero angles it forms only
+/// k̂, x_w and the state, and writes the segment's end state, angle total and decay into slot s;
+/// the last segment's block has nothing to do.
 ///
 /// # Safety
 /// The module's launch contract.
 #[inline(always)]
-pub unsafe fn chunked_forward_mma(prm: &ForwardParams) {
+pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
     let h = block_x() as usize;
     let segments = prm.segments.max(1) as usize;
     let y = block_y() as usize;
     let b = y / segments;
     let seg = y - b * segments;
+    if STATES_ONLY && seg + 1 >= segments {
+        return;
+    }
     let (t_begin, t_end) = if segments > 1 {
         let span = prm.seg_chunks * C;
         (
@@ -782,11 +851,11 @@ pub unsafe fn chunked_forward_mma(prm: &ForwardParams) {
         let cp = column_params(prm, &bk);
         let mut state = [[0.0f32; 4]; 16];
         if t_begin < t_end {
-            stage_chunk(prm, &bk, t_begin, (t_end - t_begin).min(C), 0);
+            stage_chunk::<STATES_ONLY>(prm, &bk, t_begin, (t_end - t_begin).min(C), 0);
         }
         commit_group();
         let mut pf = prefetch(prm, &bk, t_begin, (t_end - t_begin).min(C));
-        if seg > 0 {
+        if !STATES_ONLY && seg > 0 {
             let slots = segments - 1;
             let slot = (b * heads + h) * slots + seg - 1;
             for (nt, st) in state.iter_mut().enumerate() {
@@ -811,34 +880,42 @@ pub unsafe fn chunked_forward_mma(prm: &ForwardParams) {
         let mut c0 = t_begin;
         let mut bank = 0u32;
         let mut last_len = 1u32;
+        let mut decay = 1.0f32;
         while c0 < t_end {
             let len = (t_end - c0).min(C);
             last_len = len;
             let (carry, loc) = phase_increments(&bk, len, &pf);
             sync_threads();
-            phase_angles_weights(&bk, len, carry, loc);
+            phase_angles_weights::<STATES_ONLY>(&bk, len, carry, loc);
             sync_threads();
             let next = c0 + C;
             if next < t_end {
                 pf = prefetch(prm, &bk, next, (t_end - next).min(C));
             }
-            phase_rotate(&bk, len, bank, half_split, &rp);
+            phase_rotate::<STATES_ONLY>(&bk, len, bank, half_split, &rp);
             sync_threads();
             if next < t_end {
-                stage_chunk(prm, &bk, next, (t_end - next).min(C), bank ^ 1);
+                stage_chunk::<STATES_ONLY>(prm, &bk, next, (t_end - next).min(C), bank ^ 1);
             }
             commit_group();
-            let mut y = phase_scores_inter(&bk, &state);
-            sync_threads();
-            phase_intra(&bk, &mut y);
-            phase_epilogue(prm, &bk, c0, len, bank, &mut y, &cp);
+            if STATES_ONLY {
+                decay *= ld_shared_f32(bk.base + S_EXPA + 4 * (len - 1));
+            } else {
+                let mut y = phase_scores_inter(&bk, &state);
+                sync_threads();
+                phase_intra(&bk, &mut y);
+                phase_epilogue(prm, &bk, c0, len, bank, &mut y, &cp);
+            }
             phase_state(&bk, len, &mut state);
             wait_group::<0>();
             sync_threads();
             c0 = next;
             bank ^= 1;
         }
-        if t_end == prm.seq_len && t_begin < t_end {
+        if STATES_ONLY {
+            let slot = (b * heads + h) * (segments - 1) + seg;
+            store_segment_end(prm, &bk, slot, decay, &state);
+        } else if t_end == prm.seq_len && t_begin < t_end {
             write_final_states(prm, &bk, last_len, &state);
         }
     }
@@ -853,5 +930,19 @@ pub unsafe fn chunked_forward_mma(prm: &ForwardParams) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn forward_mma_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma(&params) }
+    unsafe { chunked_forward_mma::<false>(&params) }
+}
+
+/// Segment-state pass of the split tensor-core forward, bf16, R = 4, N = 128, P = 64, Na = 32,
+/// C = 16 (see [`chunked_forward_mma`] and the module's launch contract).
+///
+/// # Safety
+/// The module's launch contract.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn segment_state_mma_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma::<true>(&params) }
 }
