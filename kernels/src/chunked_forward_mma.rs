@@ -200,6 +200,8 @@ unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch) -> (f64, [f64; 4])
     unsafe {
         let carry = ld_shared_f64(bk.base + L::THETA + 8 * bk.lane);
         let mut acc = 0.0f64;
+        // Times past `len` have logit and Δ zero from the prefetch, so their increment is an
+        // exact zero; unconditional, the four increments' dependency chains interleave.
         for (u, l) in loc.iter_mut().enumerate() {
             if 4 * bk.warp + (u as u32) < len {
                 acc += angle_increment_horner(pf.logits[u], pf.dts[u]);
@@ -667,25 +669,35 @@ unsafe fn phase_epilogue(
                 }
             }
         } else {
+            // Σ_r y_r·mimo_o_r over the four rank lanes (lane bits 2 and 3) as a reduce-scatter:
+            // the lane of rank r ends with the sums of row half `r >> 1`, column tile `r & 1`.
+            // Lane-dependent choices are selects, never register-array indices (which would put
+            // the accumulators in local memory).
+            let (upper, odd) = (r >> 1 == 1, r & 1 == 1);
             for (mt, ym) in y.iter().enumerate() {
-                for half in 0..2u32 {
-                    let i = 4 * mt as u32 + g / 4 + 2 * half;
-                    for (j, yj) in ym.iter().enumerate() {
-                        let s = 2 * half as usize;
-                        let mut o0 = yj[s] * cp.mimo_o[j][0];
-                        let mut o1 = yj[s + 1] * cp.mimo_o[j][1];
-                        o0 += shfl_xor_f32(o0, 4);
-                        o1 += shfl_xor_f32(o1, 4);
-                        o0 += shfl_xor_f32(o0, 8);
-                        o1 += shfl_xor_f32(o1, 8);
-                        // The four rank lanes hold the same sums: each stores one (tile, half, j).
-                        if i < len && r == 2 * half + j as u32 {
-                            let col = 16 * w + 8 * j as u32 + 2 * t4;
-                            let at =
-                                ((tok0 + i as usize) * bk.heads + bk.h) * P as usize + col as usize;
-                            st_global_u32(prm.out + 2 * at as u64, pack_bf16x2(o0, o1));
-                        }
+                let mut by_j = [[0.0f32; 2]; 2];
+                for (jj, yj) in ym.iter().enumerate() {
+                    for e in 0..2 {
+                        let (lo, hi) = (yj[e] * cp.mimo_o[jj][e], yj[2 + e] * cp.mimo_o[jj][e]);
+                        let (keep, send) = if upper { (hi, lo) } else { (lo, hi) };
+                        by_j[jj][e] = keep + shfl_xor_f32(send, 8);
                     }
+                }
+                let mut o = [0.0f32; 2];
+                for (e, oe) in o.iter_mut().enumerate() {
+                    let (keep, send) = if odd {
+                        (by_j[1][e], by_j[0][e])
+                    } else {
+                        (by_j[0][e], by_j[1][e])
+                    };
+                    *oe = keep + shfl_xor_f32(send, 4);
+                }
+                let (half, j) = (r >> 1, r & 1);
+                let i = 4 * mt as u32 + g / 4 + 2 * half;
+                if i < len {
+                    let col = 16 * w + 8 * j as u32 + 2 * t4;
+                    let at = ((tok0 + i as usize) * bk.heads + bk.h) * P as usize + col as usize;
+                    st_global_u32(prm.out + 2 * at as u64, pack_bf16x2(o[0], o[1]));
                 }
             }
         }
