@@ -686,8 +686,7 @@ fn angle_increment_is_accurate_in_f64() {
         let dt = rng.uniform_range(0.0, 2.0) as f32;
         let want = std::f64::consts::PI * (logit as f64).tanh() * dt as f64;
         let got = angles::angle_increment(logit, dt);
-        let got_horner = angles::angle_increment_horner(logit, dt);
-        worst = worst.max((got - want).abs()).max((got_horner - want).abs());
+        worst = worst.max((got - want).abs());
     }
     for x in [0.0f64, 1e-30, -1e-8, 0.5, -3.0, 19.9, 20.1, -1e3] {
         assert!((angles::tanh_f64(x) - x.tanh()).abs() < 1e-15, "tanh({x})");
@@ -696,8 +695,6 @@ fn angle_increment_is_accurate_in_f64() {
     for y in [0.0f64, 1e-3, 0.3466, 1.0, 10.0, 40.0, 63.9] {
         let rel = (angles::exp_f64(y) - y.exp()).abs() / y.exp();
         assert!(rel < 4e-16, "exp({y}): relative error {rel:e}");
-        let rel = (angles::exp_f64_horner(y) - y.exp()).abs() / y.exp();
-        assert!(rel < 4e-16, "Horner exp({y}): relative error {rel:e}");
     }
     eprintln!("angle increment: worst absolute error {worst:.2e} over 200000 draws");
     assert!(worst < 2e-15, "{worst:e}");

@@ -497,10 +497,13 @@ pub mod forward_mma_smem {
     pub const THETA: u32 = CS + 16 * 32 * 8;
     /// Per-warp angle-increment totals `(4, 32)` f64.
     pub const TOT: u32 = THETA + 32 * 8;
-    /// Token scalars `(5, 16)` f32: `A_i`, `c_i`, `γ_i`, `exp(A_i)`, `exp(Ā_i)·c_i`.
+    /// Two banks (chunk parity) of token scalars `(5, 16)` f32: `A_i`, `c_i`, `γ_i`, `exp(A_i)`,
+    /// `exp(Ā_i)·c_i`.
     pub const SCAL: u32 = TOT + 4 * 32 * 8;
+    /// Bytes of one bank of token scalars.
+    pub const SCAL_BYTES: u32 = 5 * 16 * 4;
     /// Score weights `(16, 16)` f32 (see the kernel module).
-    pub const WT: u32 = SCAL + 5 * 16 * 4;
+    pub const WT: u32 = SCAL + 2 * SCAL_BYTES;
     /// Per-warp partial sums of squares `(4, 64 rows)` f32 (fused-norm mode).
     pub const NORM: u32 = WT + 16 * 16 * 4;
     /// Total dynamic shared memory (two blocks fit one H100/H200 SM).

@@ -15,7 +15,31 @@ use crate::arch::float::{fma_rn, fma_rn_f64, rcp_approx};
 /// thread's angle is on a decode step's critical path.
 #[inline(always)]
 pub fn exp_f64(y: f64) -> f64 {
-    let (k, r) = exp_reduce(y);
+    // fdlibm's split: LN2_HI has its low 32 bits clear, so k·LN2_HI is exact for |k| < 2^20.
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    const INV_LN2: f64 = core::f64::consts::LOG2_E;
+    // y ≥ 0, so truncation after adding 0.5 rounds to nearest.
+    let k = fma_rn_f64(y, INV_LN2, 0.5) as i64;
+    let kf = k as f64;
+    let r = fma_rn_f64(-kf, LN2_LO, fma_rn_f64(-kf, LN2_HI, y));
+    // Σ_{j ≤ 13} r^j / j!, Horner from the highest power.
+    const INV_FACT: [f64; 14] = [
+        1.0,
+        1.0,
+        1.0 / 2.0,
+        1.0 / 6.0,
+        1.0 / 24.0,
+        1.0 / 120.0,
+        1.0 / 720.0,
+        1.0 / 5_040.0,
+        1.0 / 40_320.0,
+        1.0 / 362_880.0,
+        1.0 / 3_628_800.0,
+        1.0 / 39_916_800.0,
+        1.0 / 479_001_600.0,
+        1.0 / 6_227_020_800.0,
+    ];
     let r2 = r * r;
     let r4 = r2 * r2;
     let r8 = r4 * r4;
@@ -26,60 +50,9 @@ pub fn exp_f64(y: f64) -> f64 {
         fma_rn_f64(pair(2), r2, pair(0)),
     );
     let high = fma_rn_f64(pair(12), r4, fma_rn_f64(pair(10), r2, pair(8)));
-    exp_scale(fma_rn_f64(high, r8, low), k)
-}
-
-/// [`exp_f64`] with the polynomial by Horner's scheme: thirteen dependent steps, but every
-/// coefficient is the addend of a fused multiply-add, where it stays a constant-bank operand
-/// (Estrin's pairs need one coefficient in a register each, which costs moves wherever registers
-/// are scarce). For callers with several independent exponentials per thread, whose latency
-/// overlaps.
-#[inline(always)]
-pub fn exp_f64_horner(y: f64) -> f64 {
-    let (k, r) = exp_reduce(y);
-    let mut p = INV_FACT[13];
-    for c in INV_FACT[..13].iter().rev() {
-        p = fma_rn_f64(p, r, *c);
-    }
-    exp_scale(p, k)
-}
-
-/// `y = k·ln 2 + r` with `|r| ≤ ln 2 / 2` (y ≥ 0).
-#[inline(always)]
-fn exp_reduce(y: f64) -> (i64, f64) {
-    // fdlibm's split: LN2_HI has its low 32 bits clear, so k·LN2_HI is exact for |k| < 2^20.
-    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
-    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
-    const INV_LN2: f64 = core::f64::consts::LOG2_E;
-    // y ≥ 0, so truncation after adding 0.5 rounds to nearest.
-    let k = fma_rn_f64(y, INV_LN2, 0.5) as i64;
-    let kf = k as f64;
-    (k, fma_rn_f64(-kf, LN2_LO, fma_rn_f64(-kf, LN2_HI, y)))
-}
-
-/// `p · 2^k`.
-#[inline(always)]
-fn exp_scale(p: f64, k: i64) -> f64 {
+    let p = fma_rn_f64(high, r8, low);
     p * f64::from_bits(((k + 1023) as u64) << 52)
 }
-
-/// `1/j!` for j ≤ 13: the Taylor coefficients of `e^r`.
-const INV_FACT: [f64; 14] = [
-    1.0,
-    1.0,
-    1.0 / 2.0,
-    1.0 / 6.0,
-    1.0 / 24.0,
-    1.0 / 120.0,
-    1.0 / 720.0,
-    1.0 / 5_040.0,
-    1.0 / 40_320.0,
-    1.0 / 362_880.0,
-    1.0 / 3_628_800.0,
-    1.0 / 39_916_800.0,
-    1.0 / 479_001_600.0,
-    1.0 / 6_227_020_800.0,
-];
 
 /// `1/d` in f64 for `1 ≤ d < 2^100`, within an ulp: an f32 reciprocal seed (relative error
 /// ~2^-23) refined by two Newton steps (2^-46, then below f64 rounding), each two fused
@@ -96,17 +69,11 @@ pub fn recip_f64(d: f64) -> f64 {
 /// ±1 beyond |x| = 20, where the difference is below 1e-17). NaN stays NaN.
 #[inline(always)]
 pub fn tanh_f64(x: f64) -> f64 {
-    tanh_f64_via(x, exp_f64)
-}
-
-/// [`tanh_f64`] through the exponential `exp` ([`exp_f64`] or [`exp_f64_horner`]).
-#[inline(always)]
-fn tanh_f64_via(x: f64, exp: fn(f64) -> f64) -> f64 {
     let a = if x < 0.0 { -x } else { x };
     let t = if a > 20.0 {
         1.0
     } else {
-        1.0 - 2.0 * recip_f64(exp(2.0 * a) + 1.0)
+        1.0 - 2.0 * recip_f64(exp_f64(2.0 * a) + 1.0)
     };
     if x.is_nan() {
         x
@@ -121,13 +88,6 @@ fn tanh_f64_via(x: f64, exp: fn(f64) -> f64) -> f64 {
 #[inline(always)]
 pub fn angle_increment(logit: f32, dt: f32) -> f64 {
     core::f64::consts::PI * tanh_f64(logit as f64) * dt as f64
-}
-
-/// [`angle_increment`] through [`exp_f64_horner`]: for kernels that form several increments per
-/// thread (throughput, not one increment's latency, bounds them).
-#[inline(always)]
-pub fn angle_increment_horner(logit: f32, dt: f32) -> f64 {
-    core::f64::consts::PI * tanh_f64_via(logit as f64, exp_f64_horner) * dt as f64
 }
 
 /// `x` reduced into [0, 2π) in f64 (`x − 2π·floor(x/2π)`; |x| < 2^62 assumed, NaN stays NaN).

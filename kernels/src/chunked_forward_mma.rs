@@ -39,9 +39,7 @@ use mamba3_abi::{
     forward_mma_smem as L, output_mode, rotation, ForwardParams, FORWARD_MMA_THREADS,
 };
 
-use crate::angles::{
-    angle_increment_horner, reduced_f32, rotate_pair, stored_f32, wrap_two_pi_f64,
-};
+use crate::angles::{angle_increment, reduced_f32, rotate_pair, stored_f32, wrap_two_pi_f64};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::pack_bf16x2;
 use crate::arch::global::st_global_u32;
@@ -64,12 +62,18 @@ const NA: u32 = 32;
 const C: u32 = 16;
 const T: u32 = FORWARD_MMA_THREADS;
 
-/// Offsets of the five token-scalar rows inside [`L::SCAL`].
-const S_A: u32 = L::SCAL;
-const S_C: u32 = L::SCAL + 64;
-const S_GAMMA: u32 = L::SCAL + 128;
-const S_EXPA: u32 = L::SCAL + 192;
-const S_KSCALE: u32 = L::SCAL + 256;
+/// Rows of a token-scalar bank ([`L::SCAL`]).
+const S_A: u32 = 0;
+const S_C: u32 = 1;
+const S_GAMMA: u32 = 2;
+const S_EXPA: u32 = 3;
+const S_KSCALE: u32 = 4;
+
+/// Shared address of token scalar `row` of time `i` in bank `bank` (chunk parity).
+#[inline(always)]
+fn scal(bk: &Blk, bank: u32, row: u32, i: u32) -> u32 {
+    bk.base + L::SCAL + bank * L::SCAL_BYTES + 64 * row + 4 * i
+}
 
 /// The low and high bf16 halves of a packed word, as f32.
 #[inline(always)]
@@ -194,7 +198,7 @@ unsafe fn stage_chunk<const STATES_ONLY: bool>(
 /// before anyone overwrites it), the warp totals into shared memory; warp 0 forms the token
 /// scalars.
 #[inline(always)]
-unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch) -> (f64, [f64; 4]) {
+unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch, bank: u32) -> (f64, [f64; 4]) {
     let mut loc = [0.0f64; 4];
     // SAFETY (whole body): indices inside the THETA, TOT and SCAL regions.
     unsafe {
@@ -204,13 +208,13 @@ unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch) -> (f64, [f64; 4])
         // exact zero; unconditional, the four increments' dependency chains interleave.
         for (u, l) in loc.iter_mut().enumerate() {
             if 4 * bk.warp + (u as u32) < len {
-                acc += angle_increment_horner(pf.logits[u], pf.dts[u]);
+                acc += angle_increment(pf.logits[u], pf.dts[u]);
             }
             *l = acc;
         }
         st_shared_f64(bk.base + L::TOT + 8 * (32 * bk.warp + bk.lane), acc);
         if bk.warp == 0 {
-            token_scalars(bk, len, pf.scalars);
+            token_scalars(bk, len, pf.scalars, bank);
         }
         (carry, loc)
     }
@@ -219,7 +223,7 @@ unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch) -> (f64, [f64; 4])
 /// Warp 0: `A_i` (inclusive prefix of adt), `Ā_i` (exclusive suffix), `γ_i`, `c_i = γ_i + ε_{i+1}`
 /// and the derived `exp(A_i)`, `exp(Ā_i)·c_i`, one time per lane.
 #[inline(always)]
-unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3]) {
+unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3], bank: u32) {
     let lane = bk.lane;
     let a = if lane < len { sc[0] } else { 0.0 };
     let mut pre = a;
@@ -248,12 +252,11 @@ unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3]) {
     if lane < C {
         // SAFETY: lane < 16 indexes the SCAL rows.
         unsafe {
-            let o = bk.base + 4 * lane;
-            st_shared_f32(o + S_A, pre);
-            st_shared_f32(o + S_C, c_s);
-            st_shared_f32(o + S_GAMMA, gamma);
-            st_shared_f32(o + S_EXPA, exp(pre));
-            st_shared_f32(o + S_KSCALE, exp(suf) * c_s);
+            st_shared_f32(scal(bk, bank, S_A, lane), pre);
+            st_shared_f32(scal(bk, bank, S_C, lane), c_s);
+            st_shared_f32(scal(bk, bank, S_GAMMA, lane), gamma);
+            st_shared_f32(scal(bk, bank, S_EXPA, lane), exp(pre));
+            st_shared_f32(scal(bk, bank, S_KSCALE, lane), exp(suf) * c_s);
         }
     }
 }
@@ -266,6 +269,7 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
     len: u32,
     carry: f64,
     loc: [f64; 4],
+    bank: u32,
 ) {
     // SAFETY (whole body): indices inside the TOT, CS, THETA, SCAL and WT regions.
     unsafe {
@@ -293,10 +297,10 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
             let e = bk.tid + m * T;
             let (i, ip) = (e / C, e % C);
             let w = if ip < i {
-                exp(ld_shared_f32(bk.base + S_A + 4 * i) - ld_shared_f32(bk.base + S_A + 4 * ip))
-                    * ld_shared_f32(bk.base + S_C + 4 * ip)
+                exp(ld_shared_f32(scal(bk, bank, S_A, i)) - ld_shared_f32(scal(bk, bank, S_A, ip)))
+                    * ld_shared_f32(scal(bk, bank, S_C, ip))
             } else if ip == i {
-                ld_shared_f32(bk.base + S_GAMMA + 4 * i)
+                ld_shared_f32(scal(bk, bank, S_GAMMA, i))
             } else {
                 0.0
             };
@@ -397,7 +401,7 @@ unsafe fn phase_rotate<const STATES_ONLY: bool>(
                 st_shared_u32(bk.base + L::K + qk_at + 128, k1);
                 let (v0, v1) = unpack(ld_shared_u32(v_at + 128 * i + 4 * l));
                 let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
-                let ks = ld_shared_f32(bk.base + S_KSCALE + 4 * i);
+                let ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
                 if !STATES_ONLY {
                     st_shared_u32(bk.base + L::X + x_at, pack_bf16x2(x0, x1));
                 }
@@ -426,7 +430,7 @@ fn a_addr(tile: u32, stride: u32, row0: u32, col0: u32, lane: u32) -> u32 {
 /// Phase M1: weighted scores of the warp's 16 rows into the W tile, then the inter-chunk outputs
 /// `exp(A_i)·q̂·Hᵀ` of the warp's 16 columns (all 64 rows).
 #[inline(always)]
-unsafe fn phase_scores_inter(bk: &Blk, state: &[[f32; 4]; 16]) -> [[[f32; 4]; 2]; 4] {
+unsafe fn phase_scores_inter(bk: &Blk, bank: u32, state: &[[f32; 4]; 16]) -> [[[f32; 4]; 2]; 4] {
     let (w, lane) = (bk.warp, bk.lane);
     let (g, t4) = (lane / 4, lane % 4);
     let q_tile = bk.base + L::Q;
@@ -478,8 +482,8 @@ unsafe fn phase_scores_inter(bk: &Blk, state: &[[f32; 4]; 16]) -> [[[f32; 4]; 2]
         }
         for (mt, ym) in y.iter_mut().enumerate() {
             let i = 4 * mt as u32 + g / 4;
-            let ea = ld_shared_f32(bk.base + S_EXPA + 4 * i);
-            let eb = ld_shared_f32(bk.base + S_EXPA + 4 * (i + 2));
+            let ea = ld_shared_f32(scal(bk, bank, S_EXPA, i));
+            let eb = ld_shared_f32(scal(bk, bank, S_EXPA, i + 2));
             for yj in ym.iter_mut() {
                 yj[0] *= ea;
                 yj[1] *= ea;
@@ -706,11 +710,11 @@ unsafe fn phase_epilogue(
 
 /// Phase M3: `H ← exp(A_last)·H + x_wᵀ·k̂` for the warp's 16 state rows.
 #[inline(always)]
-unsafe fn phase_state(bk: &Blk, len: u32, state: &mut [[f32; 4]; 16]) {
+unsafe fn phase_state(bk: &Blk, len: u32, bank: u32, state: &mut [[f32; 4]; 16]) {
     let (w, lane) = (bk.warp, bk.lane);
     // SAFETY (whole body): tile addresses inside the XW and K regions, len − 1 < 16.
     unsafe {
-        let decay = ld_shared_f32(bk.base + S_EXPA + 4 * (len - 1));
+        let decay = ld_shared_f32(scal(bk, bank, S_EXPA, len - 1));
         for st in state.iter_mut() {
             for v in st.iter_mut() {
                 *v *= decay;
@@ -889,6 +893,10 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
         wait_group::<0>();
         sync_threads();
 
+        // Phase S1 of chunk c+1 runs at the end of chunk c, beside the state pass, so its f64
+        // work fills the slots the tensor-core phase leaves idle and saves a barrier.
+        let mut s1 = phase_increments(&bk, (t_end - t_begin).min(C), &pf, 0);
+        sync_threads();
         let mut c0 = t_begin;
         let mut bank = 0u32;
         let mut last_len = 1u32;
@@ -896,9 +904,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
         while c0 < t_end {
             let len = (t_end - c0).min(C);
             last_len = len;
-            let (carry, loc) = phase_increments(&bk, len, &pf);
-            sync_threads();
-            phase_angles_weights::<STATES_ONLY>(&bk, len, carry, loc);
+            phase_angles_weights::<STATES_ONLY>(&bk, len, s1.0, s1.1, bank);
             sync_threads();
             let next = c0 + C;
             if next < t_end {
@@ -911,14 +917,17 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
             }
             commit_group();
             if STATES_ONLY {
-                decay *= ld_shared_f32(bk.base + S_EXPA + 4 * (len - 1));
+                decay *= ld_shared_f32(scal(&bk, bank, S_EXPA, len - 1));
             } else {
-                let mut y = phase_scores_inter(&bk, &state);
+                let mut y = phase_scores_inter(&bk, bank, &state);
                 sync_threads();
                 phase_intra(&bk, &mut y);
                 phase_epilogue(prm, &bk, c0, len, bank, &mut y, &cp);
             }
-            phase_state(&bk, len, &mut state);
+            phase_state(&bk, len, bank, &mut state);
+            if next < t_end {
+                s1 = phase_increments(&bk, (t_end - next).min(C), &pf, bank ^ 1);
+            }
             wait_group::<0>();
             sync_threads();
             c0 = next;
