@@ -22,7 +22,8 @@
 //! for the rows of rank r (lane l owns columns 2l, 2l+1, 64+2l, 65+2l, which hold both halves of
 //! its pairs in either rotation convention). The next chunk's raw q, k, v, z rows are copied with
 //! `cp.async` while the current chunk runs its GEMMs; its scalars and angle logits are loaded into
-//! registers one chunk ahead.
+//! registers one chunk ahead, and its angle increments and token scalars (double-banked) are formed
+//! beside the current chunk's state pass: four barriers per chunk.
 //!
 //! bf16 rounding points: q̂, k̂, x, x_w, the weighted scores and the state as read by the output
 //! GEMM (upstream rounds the same operands); the state itself, all sums and the D, gate, norm and

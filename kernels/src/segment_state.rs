@@ -11,6 +11,9 @@
 //! 3. the forward proper (`forward_fma_*` with `segments = K`) runs every segment from its true
 //!    start state `S_end(s−1)`, θ_end(s−1).
 //!
+//! The bf16 tensor-core forward (`crate::chunked_forward_mma`) has its own segment-state pass with
+//! the same hand-off format and shares the combine pass.
+//!
 //! Why step 2 is exact: a segment's keys are rotated by the true angle `θ_end(s−1) + θ_local`, and
 //! rotations of one angle pair compose, `Rot(a + b) = Rot(a)·Rot(b)`; the state is linear in the
 //! rotated keys along N, so the local-frame state turns into the true one by rotating each
