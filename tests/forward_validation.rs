@@ -533,3 +533,37 @@ fn shared_memory_of_upstream_geometries_fits_hopper() {
     };
     assert_eq!(huge.shared_memory_bytes(), u64::MAX);
 }
+
+/// The tensor-core forward's launch bounds and shared memory agree with the two blocks per SM
+/// that `blocks_per_sm` (and so the sequence split) counts on: 2 × (109 KB + the driver's 1 KB
+/// per block) within an H100/H200 SM's 228 KB, and within the 227 KB opt-in limit of one block.
+#[test]
+fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
+    use mamba3_abi::{forward_mma_smem, FORWARD_MMA_THREADS, LAUNCH_BOUNDS};
+    const SM_BYTES: u32 = 228 * 1024;
+    const DRIVER_BYTES_PER_BLOCK: u32 = 1024;
+    assert!(2 * (forward_mma_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES);
+    for entry in [
+        "forward_mma_bf16_r4_n128_p64_na32_c16",
+        "segment_state_mma_bf16_r4_n128_p64_na32_c16",
+    ] {
+        let bound = LAUNCH_BOUNDS
+            .iter()
+            .find(|b| entry.starts_with(b.prefix))
+            .expect("a launch bound");
+        assert_eq!(bound.max_threads, FORWARD_MMA_THREADS, "{entry}");
+        assert_eq!(bound.min_blocks_per_sm, 2, "{entry}");
+    }
+    let base = ForwardConfig {
+        batch: 1,
+        heads: 64,
+        seq_len: 2048,
+        chunk_size: 16,
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        groups: 1,
+        ..config()
+    };
+    assert_eq!(blocks_per_sm(&base), 2);
+}

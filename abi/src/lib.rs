@@ -380,6 +380,17 @@ pub struct LaunchBounds {
 
 /// Launch bounds of every kernel family that declares them (first matching row wins).
 pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
+    // The tensor-core forward and its segment-state pass: two blocks per SM (shared memory).
+    LaunchBounds {
+        prefix: "forward_mma_",
+        max_threads: FORWARD_MMA_THREADS,
+        min_blocks_per_sm: 2,
+    },
+    LaunchBounds {
+        prefix: "segment_state_mma_",
+        max_threads: FORWARD_MMA_THREADS,
+        min_blocks_per_sm: 2,
+    },
     // The chunked forward and its segment-state pass: one block per SM is the shared-memory limit
     // anyway; the bound only fixes the block size.
     LaunchBounds {
