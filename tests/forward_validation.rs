@@ -542,7 +542,7 @@ fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
     use mamba3_abi::{forward_mma_smem, FORWARD_MMA_THREADS, LAUNCH_BOUNDS};
     const SM_BYTES: u32 = 228 * 1024;
     const DRIVER_BYTES_PER_BLOCK: u32 = 1024;
-    assert!(2 * (forward_mma_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES);
+    const { assert!(2 * (forward_mma_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES) };
     for entry in [
         "forward_mma_bf16_r4_n128_p64_na32_c16",
         "segment_state_mma_bf16_r4_n128_p64_na32_c16",
