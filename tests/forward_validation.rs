@@ -403,17 +403,7 @@ fn dispatch_names_one_kernel_per_dtype_and_rank() {
 /// the workspace and the dispatched kernels follow it.
 #[test]
 fn sequence_split_covers_the_sequence_within_one_wave() {
-    let base = ForwardConfig {
-        batch: 1,
-        heads: 64,
-        seq_len: 2048,
-        chunk_size: 16,
-        state_dim: 128,
-        head_dim: 64,
-        num_angles: 32,
-        groups: 1,
-        ..config()
-    };
+    let base = benchmark_config();
     // The tensor-core kernel: two blocks per SM, so four segments of 64 rows fill 132 SMs.
     assert_eq!(blocks_per_sm(&base), 2);
     assert_eq!(sequence_segments(&base, 132), 4);
@@ -554,7 +544,12 @@ fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
         assert_eq!(bound.max_threads, FORWARD_MMA_THREADS, "{entry}");
         assert_eq!(bound.min_blocks_per_sm, 2, "{entry}");
     }
-    let base = ForwardConfig {
+    assert_eq!(blocks_per_sm(&benchmark_config()), 2);
+}
+
+/// The benchmark geometry (H=64, B=1, S=2048, R=4, N=128, P=64, Na=32, C=16, G=1), bf16.
+fn benchmark_config() -> ForwardConfig {
+    ForwardConfig {
         batch: 1,
         heads: 64,
         seq_len: 2048,
@@ -564,6 +559,5 @@ fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
         num_angles: 32,
         groups: 1,
         ..config()
-    };
-    assert_eq!(blocks_per_sm(&base), 2);
+    }
 }

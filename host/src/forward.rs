@@ -443,33 +443,26 @@ pub fn validate(c: &ForwardConfig, lens: &ForwardLens) -> Result<()> {
     Ok(())
 }
 
+/// The geometry of `config` as the fixed-instantiation table spells it.
+fn fixed_geometry(config: &ForwardConfig) -> FixedForwardGeometry {
+    FixedForwardGeometry {
+        rank: config.rank,
+        state_dim: config.state_dim,
+        head_dim: config.head_dim,
+        num_angles: config.num_angles,
+        chunk: config.chunk_size,
+    }
+}
+
 /// The fixed-geometry instantiations (forward, segment state) for `config`, if one matches.
 fn fixed_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
-    Kernel::forward_fixed(
-        config.dtype,
-        FixedForwardGeometry {
-            rank: config.rank,
-            state_dim: config.state_dim,
-            head_dim: config.head_dim,
-            num_angles: config.num_angles,
-            chunk: config.chunk_size,
-        },
-    )
+    Kernel::forward_fixed(config.dtype, fixed_geometry(config))
 }
 
 /// The tensor-core forward and its segment-state pass for `config`, if its dtype and geometry
 /// have them ([`Kernel::forward_tensor_core`]).
 fn tensor_core_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
-    Kernel::forward_tensor_core(
-        config.dtype,
-        FixedForwardGeometry {
-            rank: config.rank,
-            state_dim: config.state_dim,
-            head_dim: config.head_dim,
-            num_angles: config.num_angles,
-            chunk: config.chunk_size,
-        },
-    )
+    Kernel::forward_tensor_core(config.dtype, fixed_geometry(config))
 }
 
 /// The forward kernel for `config`: the tensor-core kernel for exactly its dtype and geometry

@@ -308,10 +308,7 @@ impl Kernel {
         dtype: crate::Dtype,
         geometry: FixedForwardGeometry,
     ) -> Option<(Kernel, Kernel)> {
-        FIXED_FORWARD
-            .iter()
-            .find(|row| row.dtype == dtype && row.geometry == geometry)
-            .map(|row| (row.forward, row.segment_state))
+        fixed_forward_row(dtype, geometry).map(|row| (row.forward, row.segment_state))
     }
 
     /// The tensor-core forward and its segment-state pass for exactly this dtype and geometry,
@@ -320,10 +317,7 @@ impl Kernel {
         dtype: crate::Dtype,
         geometry: FixedForwardGeometry,
     ) -> Option<(Kernel, Kernel)> {
-        FIXED_FORWARD
-            .iter()
-            .find(|row| row.dtype == dtype && row.geometry == geometry)
-            .and_then(|row| row.tensor_core)
+        fixed_forward_row(dtype, geometry).and_then(|row| row.tensor_core)
     }
 
     /// The decode kernels (shared tile, register resident, streaming) instantiated for exactly
@@ -348,6 +342,16 @@ impl Kernel {
             .position(|k| *k == self)
             .expect("every kernel is in ALL")
     }
+}
+
+/// The row of [`FIXED_FORWARD`] for exactly this dtype and geometry, if any.
+fn fixed_forward_row(
+    dtype: crate::Dtype,
+    geometry: FixedForwardGeometry,
+) -> Option<&'static FixedForward> {
+    FIXED_FORWARD
+        .iter()
+        .find(|row| row.dtype == dtype && row.geometry == geometry)
 }
 
 /// The geometry a fixed forward instantiation is compiled for.

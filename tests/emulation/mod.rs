@@ -273,53 +273,56 @@ pub mod arch {
     pub mod ldmatrix {
         use std::sync::atomic::Ordering;
 
-        pub unsafe fn ldmatrix_x4(row_addr: u32) -> [u32; 4] {
+        /// Posts this lane's row address, then hands `read` this lane and the row address of
+        /// lane `l` of the warp to form the four registers.
+        fn with_row_addresses(
+            row_addr: u32,
+            read: impl Fn(u32, &dyn Fn(usize) -> u32) -> [u32; 4],
+        ) -> [u32; 4] {
             if !row_addr.is_multiple_of(16) {
                 super::super::fail(format!("unaligned ldmatrix row address {row_addr}"));
             }
             let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
             let warp = (tid / 32) as usize;
-            let lane = tid % 32;
             launch.warp_slots[tid as usize].store(row_addr, Ordering::Relaxed);
             launch.warp_barriers[warp].wait();
-            let mut out = [0u32; 4];
-            for (m, o) in out.iter_mut().enumerate() {
-                let src = warp * 32 + 8 * m + (lane / 4) as usize;
-                let row = launch.warp_slots[src].load(Ordering::Relaxed);
-                *o = super::super::smem_read(row + 4 * (lane % 4));
-            }
+            let row_of = |l: usize| launch.warp_slots[warp * 32 + l].load(Ordering::Relaxed);
+            let out = read(tid % 32, &row_of);
             launch.warp_barriers[warp].wait();
             out
+        }
+
+        pub unsafe fn ldmatrix_x4(row_addr: u32) -> [u32; 4] {
+            with_row_addresses(row_addr, |lane, row_of| {
+                let mut out = [0u32; 4];
+                for (m, o) in out.iter_mut().enumerate() {
+                    let row = row_of(8 * m + (lane / 4) as usize);
+                    *o = super::super::smem_read(row + 4 * (lane % 4));
+                }
+                out
+            })
         }
 
         /// As [`ldmatrix_x4`] with every matrix transposed: lane `l` gets, in register m, rows
         /// `2·(l%4)` (low half) and `2·(l%4)+1` (high half) of column `l/4` of matrix m.
         pub unsafe fn ldmatrix_x4_trans(row_addr: u32) -> [u32; 4] {
-            if !row_addr.is_multiple_of(16) {
-                super::super::fail(format!("unaligned ldmatrix row address {row_addr}"));
-            }
-            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
-            let warp = (tid / 32) as usize;
-            let lane = tid % 32;
-            launch.warp_slots[tid as usize].store(row_addr, Ordering::Relaxed);
-            launch.warp_barriers[warp].wait();
-            let mut out = [0u32; 4];
-            for (m, o) in out.iter_mut().enumerate() {
-                let col = lane / 4;
-                for half in 0..2u32 {
-                    let src = warp * 32 + 8 * m + (2 * (lane % 4) + half) as usize;
-                    let row = launch.warp_slots[src].load(Ordering::Relaxed);
-                    let word = super::super::smem_read(row + 4 * (col / 2));
-                    let bits = if col % 2 == 0 {
-                        word & 0xffff
-                    } else {
-                        word >> 16
-                    };
-                    *o |= bits << (16 * half);
+            with_row_addresses(row_addr, |lane, row_of| {
+                let mut out = [0u32; 4];
+                for (m, o) in out.iter_mut().enumerate() {
+                    let col = lane / 4;
+                    for half in 0..2u32 {
+                        let row = row_of(8 * m + (2 * (lane % 4) + half) as usize);
+                        let word = super::super::smem_read(row + 4 * (col / 2));
+                        let bits = if col % 2 == 0 {
+                            word & 0xffff
+                        } else {
+                            word >> 16
+                        };
+                        *o |= bits << (16 * half);
+                    }
                 }
-            }
-            launch.warp_barriers[warp].wait();
-            out
+                out
+            })
         }
     }
 
@@ -414,38 +417,28 @@ pub mod arch {
             launch.warp_barriers[(tid / 32) as usize].wait();
             super::super::with_ctx(|c| c.epoch += 1);
         }
-        pub fn shfl_xor_f32(value: f32, mask: u32) -> f32 {
+        /// The warp's lanes post `value`; this lane gets the value of lane `src(lane)`.
+        fn shuffle(value: f32, src: impl Fn(u32) -> u32) -> f32 {
             let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
             let warp = (tid / 32) as usize;
-            let lane = tid % 32;
             launch.warp_slots[tid as usize].store(value.to_bits(), Ordering::Relaxed);
             launch.warp_barriers[warp].wait();
-            let other = warp as u32 * 32 + (lane ^ mask);
+            let other = warp as u32 * 32 + src(tid % 32) % 32;
             let v = f32::from_bits(launch.warp_slots[other as usize].load(Ordering::Relaxed));
             launch.warp_barriers[warp].wait();
             v
+        }
+        pub fn shfl_xor_f32(value: f32, mask: u32) -> f32 {
+            shuffle(value, |lane| lane ^ mask)
         }
         pub fn shfl_up_f32(value: f32, delta: u32) -> f32 {
-            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
-            let warp = (tid / 32) as usize;
-            let lane = tid % 32;
-            launch.warp_slots[tid as usize].store(value.to_bits(), Ordering::Relaxed);
-            launch.warp_barriers[warp].wait();
-            let src = if lane >= delta { lane - delta } else { lane };
-            let other = warp as u32 * 32 + src;
-            let v = f32::from_bits(launch.warp_slots[other as usize].load(Ordering::Relaxed));
-            launch.warp_barriers[warp].wait();
-            v
+            shuffle(
+                value,
+                |lane| if lane >= delta { lane - delta } else { lane },
+            )
         }
         pub fn shfl_idx_f32(value: f32, src: u32) -> f32 {
-            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
-            let warp = (tid / 32) as usize;
-            launch.warp_slots[tid as usize].store(value.to_bits(), Ordering::Relaxed);
-            launch.warp_barriers[warp].wait();
-            let other = warp as u32 * 32 + src % 32;
-            let v = f32::from_bits(launch.warp_slots[other as usize].load(Ordering::Relaxed));
-            launch.warp_barriers[warp].wait();
-            v
+            shuffle(value, |_| src)
         }
         pub unsafe fn st_shared_f32(addr: u32, value: f32) {
             super::super::smem_write(addr, value.to_bits());
