@@ -208,9 +208,7 @@ unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch, bank: u32) -> (f64
         // Times past `len` have logit and Δ zero from the prefetch, so their increment is an
         // exact zero; unconditional, the four increments' dependency chains interleave.
         for (u, l) in loc.iter_mut().enumerate() {
-            if 4 * bk.warp + (u as u32) < len {
-                acc += angle_increment(pf.logits[u], pf.dts[u]);
-            }
+            acc += angle_increment(pf.logits[u], pf.dts[u]);
             *l = acc;
         }
         st_shared_f64(bk.base + L::TOT + 8 * (32 * bk.warp + bk.lane), acc);
@@ -274,21 +272,21 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
 ) {
     // SAFETY (whole body): indices inside the TOT, CS, THETA, SCAL and WT regions.
     unsafe {
+        // Branch-free (selects and unconditional work): divergent branches here cost more than
+        // the work they skip. Times past `len` get a finite θ (their increments are zero) and
+        // cos/sin entries nobody reads.
         let mut th0 = carry;
         for w in 0..3u32 {
-            if w < bk.warp {
-                th0 += ld_shared_f64(bk.base + L::TOT + 8 * (32 * w + bk.lane));
-            }
+            let total = ld_shared_f64(bk.base + L::TOT + 8 * (32 * w + bk.lane));
+            th0 += if w < bk.warp { total } else { 0.0 };
         }
         for (u, l) in loc.iter().enumerate() {
             let i = 4 * bk.warp + u as u32;
-            if i < len {
-                let th = th0 + *l;
-                let (s, c) = sincos(reduced_f32(th));
-                st_shared_v2_f32(bk.base + L::CS + 8 * (32 * i + bk.lane), [c, s]);
-                if i == len - 1 {
-                    st_shared_f64(bk.base + L::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
-                }
+            let th = th0 + *l;
+            let (s, c) = sincos(reduced_f32(th));
+            st_shared_v2_f32(bk.base + L::CS + 8 * (32 * i + bk.lane), [c, s]);
+            if i == len - 1 {
+                st_shared_f64(bk.base + L::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
             }
         }
         for m in 0..2u32 {
@@ -297,11 +295,14 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
             }
             let e = bk.tid + m * T;
             let (i, ip) = (e / C, e % C);
-            let w = if ip < i {
+            let below =
                 exp(ld_shared_f32(scal(bk, bank, S_A, i)) - ld_shared_f32(scal(bk, bank, S_A, ip)))
-                    * ld_shared_f32(scal(bk, bank, S_C, ip))
+                    * ld_shared_f32(scal(bk, bank, S_C, ip));
+            let gamma = ld_shared_f32(scal(bk, bank, S_GAMMA, i));
+            let w = if ip < i {
+                below
             } else if ip == i {
-                ld_shared_f32(scal(bk, bank, S_GAMMA, i))
+                gamma
             } else {
                 0.0
             };
@@ -592,8 +593,7 @@ unsafe fn phase_epilogue(
     // SAFETY (whole body): bank rows < len (written by the chunk's `cp.async` group), tile and
     // NORM addresses inside the layout; output indices of times < len inside the output tensor.
     unsafe {
-        // D·x, and the z values (the same words serve both halves of the accumulator rows).
-        let mut zs = [[[0.0f32; 4]; 2]; 4];
+        // D·x.
         for (mt, ym) in y.iter_mut().enumerate() {
             for half in 0..2u32 {
                 let i = 4 * mt as u32 + g / 4 + 2 * half;
@@ -604,12 +604,6 @@ unsafe fn phase_epilogue(
                         let s = 2 * half as usize;
                         yj[s] += v0 * cp.d_mimo_v[j][0];
                         yj[s + 1] += v1 * cp.d_mimo_v[j][1];
-                        if has_z {
-                            let (z0, z1) =
-                                unpack(ld_shared_u32(bank_at + 2048 + 128 * i + 2 * col));
-                            zs[mt][j][s] = z0;
-                            zs[mt][j][s + 1] = z1;
-                        }
                     }
                 }
             }
@@ -646,11 +640,20 @@ unsafe fn phase_epilogue(
                 }
             }
         }
+        // The gate, z read where it is applied (rows past `len` are never stored).
         if has_z {
             for (mt, ym) in y.iter_mut().enumerate() {
-                for (j, yj) in ym.iter_mut().enumerate() {
-                    for s in 0..4 {
-                        yj[s] *= silu_rcp(zs[mt][j][s] * cp.mimo_z[j][s % 2]);
+                for half in 0..2u32 {
+                    let i = 4 * mt as u32 + g / 4 + 2 * half;
+                    if i < len {
+                        for (j, yj) in ym.iter_mut().enumerate() {
+                            let col = 16 * w + 8 * j as u32 + 2 * t4;
+                            let (z0, z1) =
+                                unpack(ld_shared_u32(bank_at + 2048 + 128 * i + 2 * col));
+                            let s = 2 * half as usize;
+                            yj[s] *= silu_rcp(z0 * cp.mimo_z[j][0]);
+                            yj[s + 1] *= silu_rcp(z1 * cp.mimo_z[j][1]);
+                        }
                     }
                 }
             }
