@@ -515,7 +515,9 @@ pub const MAX_SEGMENTS: usize = 64;
 pub const MIN_SEGMENT_CHUNKS: usize = 2;
 
 /// Blocks of the forward that one SM holds at once: 2 for the tensor-core kernel (109 KB of
-/// shared memory, 128 threads), 1 for `chunked_forward`'s (up to 227 KB, 256 threads).
+/// shared memory, 128 threads), 1 for `chunked_forward`'s (up to 227 KB, 256 threads). Decided by
+/// the config alone: a call that falls back from the tensor-core kernel (unaligned views) keeps the
+/// same segment count, which is still correct (its segments then take two waves).
 pub fn blocks_per_sm(config: &ForwardConfig) -> usize {
     if tensor_core_kernels(config).is_some() {
         2
