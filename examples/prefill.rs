@@ -47,7 +47,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The golden model sees exactly what the kernel reads: bf16 activations, f32 parameters.
     let to_bf16 = |x: &mut Vec<f64>| x.iter_mut().for_each(|v| *v = bf16::from_f64(*v).to_f64());
     let to_f32 = |x: &mut Vec<f64>| x.iter_mut().for_each(|v| *v = *v as f32 as f64);
-    for x in [&mut inputs.q, &mut inputs.k, &mut inputs.v, &mut inputs.trap] {
+    for x in [
+        &mut inputs.q,
+        &mut inputs.k,
+        &mut inputs.v,
+        &mut inputs.trap,
+    ] {
         to_bf16(x);
     }
     to_bf16(inputs.z.as_mut().expect("drawn with z"));
