@@ -289,10 +289,8 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
                 st_shared_f64(bk.base + L::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
             }
         }
-        for m in 0..2u32 {
-            if STATES_ONLY {
-                break;
-            }
+        // The score weights (the segment-state pass has no scores).
+        for m in 0..if STATES_ONLY { 0 } else { 2u32 } {
             let e = bk.tid + m * T;
             let (i, ip) = (e / C, e % C);
             let below =
