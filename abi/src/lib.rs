@@ -517,8 +517,10 @@ pub mod forward_mma_smem {
     pub const WT: u32 = SCAL + 2 * SCAL_BYTES;
     /// Per-warp partial sums of squares `(4, 64 rows)` f32 (fused-norm mode).
     pub const NORM: u32 = WT + 16 * 16 * 4;
+    /// The identity rotation `(1, 0, 1, 0)` f32, read by the lanes whose columns no pair rotates.
+    pub const IDENT: u32 = NORM + 4 * 64 * 4;
     /// Total dynamic shared memory (two blocks fit one H100/H200 SM).
-    pub const BYTES: u32 = NORM + 4 * 64 * 4;
+    pub const BYTES: u32 = IDENT + 16;
 }
 
 /// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state.

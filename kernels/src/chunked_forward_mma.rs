@@ -16,14 +16,21 @@
 //! * **state pass** `H ← exp(A_last)·H + x_wᵀ·k̂` with `x_w = exp(Ā_i)·c_i·x`, both operands
 //!   through `ldmatrix .trans`.
 //!
-//! The per-chunk scalar work: token scalars by warp 0 (prefix sums by shuffles); the f64 angle
-//! increments by every thread (angle = lane, four times per warp), prefixed across warps through
-//! shared memory, then one `sincos` per (time, angle); the biased rotation of q and k by warp r
+//! The per-chunk scalar work: token scalars by warp 0 (prefix sums by shuffles); the angle
+//! increments by every thread (angle = lane, four times per warp; formed in f32, summed in f64),
+//! prefixed across warps through shared memory, then one `sin.approx`/`cos.approx` pair per (time,
+//! angle) of the angle reduced by an f64 multiple of 2π; the biased rotation of q and k by warp r
 //! for the rows of rank r (lane l owns columns 2l, 2l+1, 64+2l, 65+2l, which hold both halves of
-//! its pairs in either rotation convention). The next chunk's raw q, k, v, z rows are copied with
-//! `cp.async` while the current chunk runs its GEMMs; its scalars and angle logits are loaded into
-//! registers one chunk ahead, and its angle increments and token scalars (double-banked) are formed
-//! beside the current chunk's state pass: four barriers per chunk.
+//! its pairs in either rotation convention; lanes whose columns no pair rotates read an identity
+//! rotation, so the row loop has no branch). The next chunk's raw q, k, v, z rows are copied with
+//! `cp.async` while the current chunk runs its GEMMs (rows past the sequence zero-filled, so no
+//! phase branches on the chunk length); its scalars and angle logits are loaded into registers
+//! one chunk ahead, and its angle increments and token scalars (double-banked) are formed beside
+//! the current chunk's state pass: four barriers per chunk.
+//!
+//! Angle precision: the angles' errors (f32 increments ~1e-7 relative, `sin.approx` ~5e-7
+//! absolute) sit far below the bf16 rounding of q̂ and k̂ (4e-3 relative) that follows them; the
+//! f32 kernels keep the f64 increments and the range-reduced `sincos` of [`crate::angles`].
 //!
 //! bf16 rounding points: q̂, k̂, x, x_w, the weighted scores and the state as read by the output
 //! GEMM (upstream rounds the same operands); the state itself, all sums and the D, gate, norm and
@@ -40,20 +47,22 @@ use mamba3_abi::{
     forward_mma_smem as L, output_mode, rotation, ForwardParams, FORWARD_MMA_THREADS,
 };
 
-use crate::angles::{angle_increment, reduced_f32, rotate_pair, stored_f32, wrap_two_pi_f64};
-use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
-use crate::arch::float::pack_bf16x2;
+use crate::angles::{
+    angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32, wrap_two_pi_f64,
+};
+use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
+use crate::arch::float::{pack_bf16x2, sincos_approx};
 use crate::arch::global::st_global_u32;
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
-    shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
-    st_shared_v2_f32, sync_threads, thread_x,
+    shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, smem_base_fresh, st_shared_f32,
+    st_shared_u32, st_shared_v2_f32, st_shared_v4_f32, sync_threads, thread_x,
 };
 use crate::chunked_forward::split_f64;
 use crate::elem::{ldg, stg, Bf16, Elem};
-use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp, sincos};
+use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp};
 use crate::smem::{ld_shared_f64, st_shared_f64};
 
 const R: u32 = 4;
@@ -144,7 +153,10 @@ unsafe fn prefetch(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32) -> Prefetch
 }
 
 /// Issues the `cp.async` copies of chunk `[c0, c0 + len)`'s raw q and k rows into the staging
-/// area and its v and z rows into bank `bank`.
+/// area and its v and z rows into bank `bank`. Rows of times ≥ `len` are zero-filled (their
+/// source address is time `c0`'s, never read), so the phases after it run on all 16 times
+/// without a branch: zero rows give finite q̂/k̂ (the biases, rotated) and zero x, and the score
+/// weights and key scales of those times are zero.
 #[inline(always)]
 unsafe fn stage_chunk<const STATES_ONLY: bool>(
     prm: &ForwardParams,
@@ -153,44 +165,50 @@ unsafe fn stage_chunk<const STATES_ONLY: bool>(
     len: u32,
     bank: u32,
 ) {
-    let groups = bk.groups;
-    // SAFETY (whole body): rows < len·R of tokens < S; 16-byte pieces of 16-byte aligned rows
-    // (launch contract) into the staging regions of the layout.
+    // Thread tid copies piece tid mod 16 of rows ρ = tid/16 + 8j, j < 8: rank (tid/16) mod 4,
+    // times tid/64 + 2j.
+    let piece = (bk.tid % 16) as usize;
+    let rank = ((bk.tid / 16) % R) as usize;
+    let time0 = bk.tid / 64;
+    let token_bytes = R as usize * bk.groups * N as usize * 2;
+    let qk_first = ((((bk.b * bk.s_len + c0 as usize) * R as usize + rank) * bk.groups + bk.g)
+        * N as usize
+        + 8 * piece)
+        * 2;
+    // SAFETY (whole body): every source is a 16-byte piece of a token < S (time c0 for the
+    // zero-filled rows) of the 16-byte aligned tensors of the launch contract; destinations are
+    // inside the staging regions of the layout.
     unsafe {
-        let mut e = bk.tid;
-        while e < len * R * 16 {
-            let rho = e / 16;
-            let piece = e % 16;
-            let t = c0 as usize + (rho / R) as usize;
-            let r = (rho % R) as usize;
-            let src = ((((bk.b * bk.s_len + t) * R as usize + r) * groups + bk.g) * N as usize
-                + 8 * piece as usize)
-                * 2;
-            let dst = rho * 256 + piece * 16;
+        for j in 0..8u32 {
+            let i = time0 + 2 * j;
+            let (src, size) = if i < len {
+                (qk_first + i as usize * token_bytes, 16)
+            } else {
+                (qk_first, 0)
+            };
+            let dst = (bk.tid / 16 + 8 * j) * 256 + 16 * piece as u32;
             if !STATES_ONLY {
-                cp_async_cg_16(
+                cp_async_cg_16_zfill(
                     bk.base + L::RAW_Q + dst,
                     (prm.q as usize + src) as *const u8,
+                    size,
                 );
             }
-            cp_async_cg_16(
+            cp_async_cg_16_zfill(
                 bk.base + L::RAW_K + dst,
                 (prm.k as usize + src) as *const u8,
+                size,
             );
-            e += T;
         }
-        let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
-        if bk.tid < len * 8 {
-            let i = bk.tid / 8;
-            let piece = bk.tid % 8;
-            let t = c0 as usize + i as usize;
-            let src =
-                (((bk.b * bk.s_len + t) * bk.heads + bk.h) * P as usize + 8 * piece as usize) * 2;
-            let dst = bank_at + i * 128 + piece * 16;
-            cp_async_cg_16(dst, (prm.v as usize + src) as *const u8);
-            if !STATES_ONLY && prm.z != 0 {
-                cp_async_cg_16(dst + 2048, (prm.z as usize + src) as *const u8);
-            }
+        let i = bk.tid / 8;
+        let piece = (bk.tid % 8) as usize;
+        let t = c0 as usize + if i < len { i as usize } else { 0 };
+        let size = if i < len { 16 } else { 0 };
+        let src = (((bk.b * bk.s_len + t) * bk.heads + bk.h) * P as usize + 8 * piece) * 2;
+        let dst = bk.base + L::BANK + bank * L::BANK_BYTES + i * 128 + 16 * piece as u32;
+        cp_async_cg_16_zfill(dst, (prm.v as usize + src) as *const u8, size);
+        if !STATES_ONLY && prm.z != 0 {
+            cp_async_cg_16_zfill(dst + 2048, (prm.z as usize + src) as *const u8, size);
         }
     }
 }
@@ -208,7 +226,7 @@ unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch, bank: u32) -> (f64
         // Times past `len` have logit and Δ zero from the prefetch, so their increment is an
         // exact zero; unconditional, the four increments' dependency chains interleave.
         for (u, l) in loc.iter_mut().enumerate() {
-            acc += angle_increment(pf.logits[u], pf.dts[u]);
+            acc += angle_increment_f32(pf.logits[u], pf.dts[u]) as f64;
             *l = acc;
         }
         st_shared_f64(bk.base + L::TOT + 8 * (32 * bk.warp + bk.lane), acc);
@@ -283,7 +301,7 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
         for (u, l) in loc.iter().enumerate() {
             let i = 4 * bk.warp + u as u32;
             let th = th0 + *l;
-            let (s, c) = sincos(reduced_f32(th));
+            let (s, c) = sincos_approx(reduced_near_f32(th));
             st_shared_v2_f32(bk.base + L::CS + 8 * (32 * i + bk.lane), [c, s]);
             if i == len - 1 {
                 st_shared_f64(bk.base + L::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
@@ -352,70 +370,71 @@ fn rotate_row(lo: u32, hi: u32, bias: [f32; 4], cs: [f32; 4], half_split: bool) 
     }
 }
 
-/// Phase R: q̂, k̂, x and x_w of the chunk as bf16 tiles (zero rows past `len`).
+/// Where lane `l` reads the cosines and sines of phase R: `(address of time 0, bytes per time)`.
+/// Half-split: lanes 0–15 read the (c, s) pairs of angles 2l, 2l+1; lanes 16–31 hold columns that
+/// no pair rotates and read the identity (1, 0, 1, 0) at [`L::IDENT`] for every time, so the row
+/// loop has no lane-dependent branch. Pairwise: lane l reads angle l.
 #[inline(always)]
-unsafe fn phase_rotate<const STATES_ONLY: bool>(
+fn cs_source(bk: &Blk, half_split: bool) -> (u32, u32) {
+    let l = bk.lane;
+    if !half_split {
+        (bk.base + L::CS + 8 * l, 256)
+    } else if l < 16 {
+        (bk.base + L::CS + 16 * l, 256)
+    } else {
+        (bk.base + L::IDENT, 0)
+    }
+}
+
+/// Phase R: q̂, k̂, x and x_w of the chunk as bf16 tiles, all 16 times (the rows past the chunk's
+/// length come from zero-filled staging, see [`stage_chunk`]).
+#[inline(always)]
+unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
     bk: &Blk,
-    len: u32,
     bank: u32,
-    half_split: bool,
     rp: &RankParams,
+    cs_at: (u32, u32),
 ) {
     let l = bk.lane;
     let r = bk.warp;
     // SAFETY (whole body): rows < 64 and columns < 128 (q, k) or < 64 (x) of the layout's tiles;
-    // the staging rows read are those of times < len, which the last `cp.async` group wrote.
+    // the staging rows read are those the last `cp.async` group wrote.
     unsafe {
         let v_at = bk.base + L::BANK + bank * L::BANK_BYTES;
         for i in 0..C {
             let rho = 4 * i + r;
             let qk_at = rho * L::QK_STRIDE + 4 * l;
             let x_at = rho * L::X_STRIDE + 4 * l;
-            if i < len {
-                let cs = if half_split {
-                    if l < 16 {
-                        ld_shared_v4_f32(bk.base + L::CS + 256 * i + 16 * l)
-                    } else {
-                        [1.0, 0.0, 1.0, 0.0]
-                    }
-                } else {
-                    let [c, s] = ld_shared_v2_f32(bk.base + L::CS + 256 * i + 8 * l);
-                    [c, s, 1.0, 0.0]
-                };
-                let raw = rho * 256 + 4 * l;
-                if !STATES_ONLY {
-                    let (q_lo, q_hi) = (
-                        ld_shared_u32(bk.base + L::RAW_Q + raw),
-                        ld_shared_u32(bk.base + L::RAW_Q + raw + 128),
-                    );
-                    let (q0, q1) = rotate_row(q_lo, q_hi, rp.q_bias, cs, half_split);
-                    st_shared_u32(bk.base + L::Q + qk_at, q0);
-                    st_shared_u32(bk.base + L::Q + qk_at + 128, q1);
-                }
-                let (k_lo, k_hi) = (
-                    ld_shared_u32(bk.base + L::RAW_K + raw),
-                    ld_shared_u32(bk.base + L::RAW_K + raw + 128),
-                );
-                let (k0, k1) = rotate_row(k_lo, k_hi, rp.k_bias, cs, half_split);
-                st_shared_u32(bk.base + L::K + qk_at, k0);
-                st_shared_u32(bk.base + L::K + qk_at + 128, k1);
-                let (v0, v1) = unpack(ld_shared_u32(v_at + 128 * i + 4 * l));
-                let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
-                let ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
-                if !STATES_ONLY {
-                    st_shared_u32(bk.base + L::X + x_at, pack_bf16x2(x0, x1));
-                }
-                st_shared_u32(bk.base + L::XW + x_at, pack_bf16x2(x0 * ks, x1 * ks));
+            let cs = if HALF_SPLIT {
+                ld_shared_v4_f32(cs_at.0 + cs_at.1 * i)
             } else {
-                if !STATES_ONLY {
-                    st_shared_u32(bk.base + L::Q + qk_at, 0);
-                    st_shared_u32(bk.base + L::Q + qk_at + 128, 0);
-                    st_shared_u32(bk.base + L::X + x_at, 0);
-                }
-                st_shared_u32(bk.base + L::K + qk_at, 0);
-                st_shared_u32(bk.base + L::K + qk_at + 128, 0);
-                st_shared_u32(bk.base + L::XW + x_at, 0);
+                let [c, s] = ld_shared_v2_f32(cs_at.0 + cs_at.1 * i);
+                [c, s, 1.0, 0.0]
+            };
+            let raw = rho * 256 + 4 * l;
+            if !STATES_ONLY {
+                let (q_lo, q_hi) = (
+                    ld_shared_u32(bk.base + L::RAW_Q + raw),
+                    ld_shared_u32(bk.base + L::RAW_Q + raw + 128),
+                );
+                let (q0, q1) = rotate_row(q_lo, q_hi, rp.q_bias, cs, HALF_SPLIT);
+                st_shared_u32(bk.base + L::Q + qk_at, q0);
+                st_shared_u32(bk.base + L::Q + qk_at + 128, q1);
             }
+            let (k_lo, k_hi) = (
+                ld_shared_u32(bk.base + L::RAW_K + raw),
+                ld_shared_u32(bk.base + L::RAW_K + raw + 128),
+            );
+            let (k0, k1) = rotate_row(k_lo, k_hi, rp.k_bias, cs, HALF_SPLIT);
+            st_shared_u32(bk.base + L::K + qk_at, k0);
+            st_shared_u32(bk.base + L::K + qk_at + 128, k1);
+            let (v0, v1) = unpack(ld_shared_u32(v_at + 128 * i + 4 * l));
+            let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
+            let ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
+            if !STATES_ONLY {
+                st_shared_u32(bk.base + L::X + x_at, pack_bf16x2(x0, x1));
+            }
+            st_shared_u32(bk.base + L::XW + x_at, pack_bf16x2(x0 * ks, x1 * ks));
         }
     }
 }
@@ -530,7 +549,6 @@ struct ColumnParams {
     d_mimo_v: [[f32; 2]; 2],
     mimo_z: [[f32; 2]; 2],
     mimo_o: [[f32; 2]; 2],
-    norm_w: [[f32; 2]; 2],
 }
 
 #[inline(always)]
@@ -547,7 +565,6 @@ unsafe fn column_params(prm: &ForwardParams, bk: &Blk) -> ColumnParams {
         d_mimo_v: [[0.0; 2]; 2],
         mimo_z: [[0.0; 2]; 2],
         mimo_o: [[1.0; 2]; 2],
-        norm_w: [[1.0; 2]; 2],
     };
     // SAFETY (whole body): (h, r, p) inside the (H,R,P) weights, (h, p) inside the norm weight.
     unsafe {
@@ -561,13 +578,27 @@ unsafe fn column_params(prm: &ForwardParams, bk: &Blk) -> ColumnParams {
                 if prm.mode != output_mode::PREREDUCE {
                     cp.mimo_o[j][e] = ldg(prm.mimo_o, hr + p);
                 }
-                if prm.mode == output_mode::FUSED_NORM && prm.norm_weight != 0 {
-                    cp.norm_w[j][e] = ldg(prm.norm_weight, bk.h * P as usize + p);
-                }
             }
         }
     }
     cp
+}
+
+/// The norm weights of the lane's columns `p = 16w + 8j + 2(lane mod 4) + e`, e ∈ {0, 1}, read
+/// where they are applied (L1 hits after the first chunk) rather than held in registers.
+#[inline(always)]
+fn norm_weights(prm: &ForwardParams, bk: &Blk, j: usize) -> [f32; 2] {
+    if prm.norm_weight == 0 {
+        return [1.0; 2];
+    }
+    let p = (16 * bk.warp + 8 * j as u32 + 2 * (bk.lane % 4)) as usize;
+    // SAFETY: (h, p) inside the (H,P) norm weight.
+    unsafe {
+        [
+            ldg(prm.norm_weight, bk.h * P as usize + p),
+            ldg(prm.norm_weight, bk.h * P as usize + p + 1),
+        ]
+    }
 }
 
 /// Phase M2, second part: D, norm, gate, contraction (or prereduce) and the output stores.
@@ -591,18 +622,16 @@ unsafe fn phase_epilogue(
     // SAFETY (whole body): bank rows < len (written by the chunk's `cp.async` group), tile and
     // NORM addresses inside the layout; output indices of times < len inside the output tensor.
     unsafe {
-        // D·x.
+        // D·x (all 16 times: the bank's rows past `len` are zero-filled).
         for (mt, ym) in y.iter_mut().enumerate() {
             for half in 0..2u32 {
                 let i = 4 * mt as u32 + g / 4 + 2 * half;
-                if i < len {
-                    for (j, yj) in ym.iter_mut().enumerate() {
-                        let col = 16 * w + 8 * j as u32 + 2 * t4;
-                        let (v0, v1) = unpack(ld_shared_u32(bank_at + 128 * i + 2 * col));
-                        let s = 2 * half as usize;
-                        yj[s] += v0 * cp.d_mimo_v[j][0];
-                        yj[s + 1] += v1 * cp.d_mimo_v[j][1];
-                    }
+                for (j, yj) in ym.iter_mut().enumerate() {
+                    let col = 16 * w + 8 * j as u32 + 2 * t4;
+                    let (v0, v1) = unpack(ld_shared_u32(bank_at + 128 * i + 2 * col));
+                    let s = 2 * half as usize;
+                    yj[s] += v0 * cp.d_mimo_v[j][0];
+                    yj[s + 1] += v1 * cp.d_mimo_v[j][1];
                 }
             }
         }
@@ -632,26 +661,24 @@ unsafe fn phase_epilogue(
                     }
                     let rstd = rsqrt(total / P as f32 + prm.norm_eps);
                     for (j, yj) in ym.iter_mut().enumerate() {
-                        yj[2 * half] *= rstd * cp.norm_w[j][0];
-                        yj[2 * half + 1] *= rstd * cp.norm_w[j][1];
+                        let nw = norm_weights(prm, bk, j);
+                        yj[2 * half] *= rstd * nw[0];
+                        yj[2 * half + 1] *= rstd * nw[1];
                     }
                 }
             }
         }
-        // The gate, z read where it is applied (rows past `len` are never stored).
+        // The gate, z read where it is applied (rows past `len` are zero-filled, never stored).
         if has_z {
             for (mt, ym) in y.iter_mut().enumerate() {
                 for half in 0..2u32 {
                     let i = 4 * mt as u32 + g / 4 + 2 * half;
-                    if i < len {
-                        for (j, yj) in ym.iter_mut().enumerate() {
-                            let col = 16 * w + 8 * j as u32 + 2 * t4;
-                            let (z0, z1) =
-                                unpack(ld_shared_u32(bank_at + 2048 + 128 * i + 2 * col));
-                            let s = 2 * half as usize;
-                            yj[s] *= silu_rcp(z0 * cp.mimo_z[j][0]);
-                            yj[s + 1] *= silu_rcp(z1 * cp.mimo_z[j][1]);
-                        }
+                    for (j, yj) in ym.iter_mut().enumerate() {
+                        let col = 16 * w + 8 * j as u32 + 2 * t4;
+                        let (z0, z1) = unpack(ld_shared_u32(bank_at + 2048 + 128 * i + 2 * col));
+                        let s = 2 * half as usize;
+                        yj[s] *= silu_rcp(z0 * cp.mimo_z[j][0]);
+                        yj[s + 1] *= silu_rcp(z1 * cp.mimo_z[j][1]);
                     }
                 }
             }
@@ -866,6 +893,10 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
     // SAFETY (whole body): the launch contract; phases are separated by block barriers.
     unsafe {
         let rp = rank_params(prm, &bk);
+        let cs_at = cs_source(&bk, half_split);
+        if tid == 0 {
+            st_shared_v4_f32(bk.base + L::IDENT, [1.0, 0.0, 1.0, 0.0]);
+        }
         let cp = column_params(prm, &bk);
         let mut state = [[0.0f32; 4]; 16];
         if t_begin < t_end {
@@ -900,8 +931,8 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
         let mut s1 = phase_increments(&bk, (t_end - t_begin).min(C), &pf, 0);
         sync_threads();
         let mut c0 = t_begin;
-        let mut bank = 0u32;
         let mut last_len = 1u32;
+        let mut bank = 0u32;
         let mut decay = 1.0f32;
         while c0 < t_end {
             let len = (t_end - c0).min(C);
@@ -912,7 +943,11 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
             if next < t_end {
                 pf = prefetch(prm, &bk, next, (t_end - next).min(C));
             }
-            phase_rotate::<STATES_ONLY>(&bk, len, bank, half_split, &rp);
+            if half_split {
+                phase_rotate::<STATES_ONLY, true>(&bk, bank, &rp, cs_at);
+            } else {
+                phase_rotate::<STATES_ONLY, false>(&bk, bank, &rp, cs_at);
+            }
             sync_threads();
             if next < t_end {
                 stage_chunk::<STATES_ONLY>(prm, &bk, next, (t_end - next).min(C), bank ^ 1);
@@ -939,6 +974,12 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
             let slot = (b * heads + h) * (segments - 1) + seg;
             store_segment_end(prm, &bk, slot, decay, &state);
         } else if t_end == prm.seq_len && t_begin < t_end {
+            // The shared-memory base re-derived here rather than kept alive through the loop
+            // (ptxas spills that copy).
+            let bk = Blk {
+                base: smem_base_fresh(),
+                ..bk
+            };
             write_final_states(prm, &bk, last_len, &state);
         }
     }

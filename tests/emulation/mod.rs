@@ -171,6 +171,10 @@ pub mod arch {
         pub fn sqrt_rn(a: f32) -> f32 {
             a.sqrt()
         }
+        pub fn sincos_approx(a: f32) -> (f32, f32) {
+            let a = a as f64;
+            (a.sin() as f32, a.cos() as f32)
+        }
         pub fn to_tf32(a: f32) -> u32 {
             // Round to nearest, ties away from zero, on the 13 dropped mantissa bits (finite a).
             (a.to_bits() + 0x1000) & !0x1fff
@@ -329,6 +333,23 @@ pub mod arch {
     pub mod cp_async {
         /// Copies at once: the kernel reads the destination only after `wait_group` and a
         /// barrier, so the race check sees the copy as a write of the issuing thread.
+        pub unsafe fn cp_async_cg_16_zfill(dst: u32, src: *const u8, src_size: u32) {
+            if src_size == 16 {
+                unsafe { cp_async_cg_16(dst, src) };
+            } else if src_size == 0 {
+                if !dst.is_multiple_of(16) || !(src as u64).is_multiple_of(16) {
+                    super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
+                }
+                super::super::check_global(src as u64, 0, 16, false);
+                for k in 0..4u32 {
+                    super::super::smem_write(dst + 4 * k, 0);
+                }
+            } else {
+                super::super::fail(format!(
+                    "cp.async src_size {src_size} (kernels use 0 or 16)"
+                ));
+            }
+        }
         pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
             if !dst.is_multiple_of(16) || !(src as u64).is_multiple_of(16) {
                 super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
@@ -391,6 +412,9 @@ pub mod arch {
         use std::sync::atomic::Ordering;
 
         pub fn smem_base() -> u32 {
+            0
+        }
+        pub fn smem_base_fresh() -> u32 {
             0
         }
         pub fn thread_x() -> u32 {

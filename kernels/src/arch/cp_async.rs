@@ -17,6 +17,22 @@ pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
     };
 }
 
+/// `cp.async.cg.shared.global [dst], [src], 16, src_size;`: copies the first `src_size` bytes
+/// (0 or 16) and zero-fills the rest of the 16, so a tile's rows past the data need no branch
+/// and hold zeros instead of stale values.
+///
+/// # Safety
+/// As [`cp_async_cg_16`]; `src` must be a valid 16-byte aligned global pointer even when
+/// `src_size` is 0.
+#[inline(always)]
+pub unsafe fn cp_async_cg_16_zfill(dst: u32, src: *const u8, src_size: u32) {
+    // SAFETY: the caller guarantees both addresses.
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};", d = in(reg32) dst,
+             s = in(reg64) src, n = in(reg32) src_size, options(nostack))
+    };
+}
+
 /// `cp.async.commit_group;`: closes the group of copies issued so far by this thread.
 #[inline(always)]
 pub fn commit_group() {

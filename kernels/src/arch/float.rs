@@ -64,6 +64,20 @@ pub fn exp2_approx(a: f32) -> f32 {
     d
 }
 
+/// `sin.approx.ftz.f32` and `cos.approx.ftz.f32` (PTX ISA §9.7.3.18, §9.7.3.19): `(sin a, cos a)`
+/// with an absolute error of about 2^-20.9 for `|a| ≤ π` (the error grows with |a|, so callers
+/// reduce the argument first), two `MUFU` instructions.
+#[inline(always)]
+pub fn sincos_approx(a: f32) -> (f32, f32) {
+    let (s, c): (f32, f32);
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!("sin.approx.ftz.f32 {s}, {a};", "cos.approx.ftz.f32 {c}, {a};", s = out(reg32) s,
+             c = out(reg32) c, a = in(reg32) a, options(pure, nomem, nostack))
+    };
+    (s, c)
+}
+
 /// `sqrt.rn.f32` (PTX ISA §9.7.3.17): correctly rounded square root.
 #[inline(always)]
 pub fn sqrt_rn(a: f32) -> f32 {

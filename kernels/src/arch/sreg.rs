@@ -19,6 +19,17 @@ pub fn smem_base() -> u32 {
     base
 }
 
+/// [`smem_base`] as its own instruction at each call (the `asm!` is not `pure`, so the compiler
+/// neither merges nor hoists it): for a use after a long loop, where keeping the first call's
+/// value alive costs a register (or a spill) through the loop.
+#[inline(always)]
+pub fn smem_base_fresh() -> u32 {
+    let base: u32;
+    // SAFETY: reads the address of a symbol; no memory is touched.
+    unsafe { asm!("mov.u32 {r}, SMEM;", r = out(reg32) base, options(nomem, nostack)) };
+    base
+}
+
 /// `%tid.x`.
 #[inline(always)]
 pub fn thread_x() -> u32 {
