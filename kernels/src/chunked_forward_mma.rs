@@ -412,22 +412,20 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
                 [c, s, 1.0, 0.0]
             };
             let raw = rho * 256 + 4 * l;
-            if !STATES_ONLY {
-                let (q_lo, q_hi) = (
-                    ld_shared_u32(bk.base + L::RAW_Q + raw),
-                    ld_shared_u32(bk.base + L::RAW_Q + raw + 128),
+            // Raw staging row → biased, rotated tile row (the lane's two words).
+            let rotate_into = |raw_tile: u32, tile: u32, bias: [f32; 4]| {
+                let (lo, hi) = (
+                    ld_shared_u32(bk.base + raw_tile + raw),
+                    ld_shared_u32(bk.base + raw_tile + raw + 128),
                 );
-                let (q0, q1) = rotate_row(q_lo, q_hi, rp.q_bias, cs, HALF_SPLIT);
-                st_shared_u32(bk.base + L::Q + qk_at, q0);
-                st_shared_u32(bk.base + L::Q + qk_at + 128, q1);
+                let (w0, w1) = rotate_row(lo, hi, bias, cs, HALF_SPLIT);
+                st_shared_u32(bk.base + tile + qk_at, w0);
+                st_shared_u32(bk.base + tile + qk_at + 128, w1);
+            };
+            if !STATES_ONLY {
+                rotate_into(L::RAW_Q, L::Q, rp.q_bias);
             }
-            let (k_lo, k_hi) = (
-                ld_shared_u32(bk.base + L::RAW_K + raw),
-                ld_shared_u32(bk.base + L::RAW_K + raw + 128),
-            );
-            let (k0, k1) = rotate_row(k_lo, k_hi, rp.k_bias, cs, HALF_SPLIT);
-            st_shared_u32(bk.base + L::K + qk_at, k0);
-            st_shared_u32(bk.base + L::K + qk_at + 128, k1);
+            rotate_into(L::RAW_K, L::K, rp.k_bias);
             let (v0, v1) = unpack(ld_shared_u32(v_at + 128 * i + 4 * l));
             let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
             let ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
