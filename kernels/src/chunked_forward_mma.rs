@@ -56,7 +56,7 @@ use crate::arch::global::st_global_u32;
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
+    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32, opaque_u32,
     shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, smem_base_fresh, st_shared_f32,
     st_shared_u32, st_shared_v2_f32, st_shared_v4_f32, sync_threads, thread_x,
 };
@@ -293,10 +293,42 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
         // Branch-free (selects and unconditional work): divergent branches here cost more than
         // the work they skip. Times past `len` get a finite θ (their increments are zero) and
         // cos/sin entries nobody reads.
+        // Every shared load of the phase first (a store would hold each later load back, see
+        // `phase_rotate`): the warp totals, and the score weights' token scalars (the
+        // segment-state pass has no scores).
+        let totals = [0u32, 1, 2].map(|w| ld_shared_f64(bk.base + L::TOT + 8 * (32 * w + bk.lane)));
+        let pairs = [0u32, 1].map(|m| {
+            let e = bk.tid + m * T;
+            (e, e / C, e % C)
+        });
+        let scalars = pairs.map(|(_, i, ip)| {
+            if STATES_ONLY {
+                [0.0; 4]
+            } else {
+                [
+                    ld_shared_f32(scal(bk, bank, S_A, i)),
+                    ld_shared_f32(scal(bk, bank, S_A, ip)),
+                    ld_shared_f32(scal(bk, bank, S_C, ip)),
+                    ld_shared_f32(scal(bk, bank, S_GAMMA, i)),
+                ]
+            }
+        });
+        if !STATES_ONLY {
+            for m in 0..2 {
+                let ((e, i, ip), [a_i, a_ip, c_ip, gamma]) = (pairs[m], scalars[m]);
+                let w = if ip < i {
+                    exp(a_i - a_ip) * c_ip
+                } else if ip == i {
+                    gamma
+                } else {
+                    0.0
+                };
+                st_shared_f32(bk.base + L::WT + 4 * e, w);
+            }
+        }
         let mut th0 = carry;
-        for w in 0..3u32 {
-            let total = ld_shared_f64(bk.base + L::TOT + 8 * (32 * w + bk.lane));
-            th0 += if w < bk.warp { total } else { 0.0 };
+        for (w, total) in totals.iter().enumerate() {
+            th0 += if (w as u32) < bk.warp { *total } else { 0.0 };
         }
         for (u, l) in loc.iter().enumerate() {
             let i = 4 * bk.warp + u as u32;
@@ -306,23 +338,6 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
             if i == len - 1 {
                 st_shared_f64(bk.base + L::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
             }
-        }
-        // The score weights (the segment-state pass has no scores).
-        for m in 0..if STATES_ONLY { 0 } else { 2u32 } {
-            let e = bk.tid + m * T;
-            let (i, ip) = (e / C, e % C);
-            let below =
-                exp(ld_shared_f32(scal(bk, bank, S_A, i)) - ld_shared_f32(scal(bk, bank, S_A, ip)))
-                    * ld_shared_f32(scal(bk, bank, S_C, ip));
-            let gamma = ld_shared_f32(scal(bk, bank, S_GAMMA, i));
-            let w = if ip < i {
-                below
-            } else if ip == i {
-                gamma
-            } else {
-                0.0
-            };
-            st_shared_f32(bk.base + L::WT + 4 * e, w);
         }
     }
 }
@@ -401,40 +416,69 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
     // the staging rows read are those the last `cp.async` group wrote.
     unsafe {
         let v_at = bk.base + L::BANK + bank * L::BANK_BYTES;
-        for i in 0..C {
-            let rho = 4 * i + r;
-            let qk_at = rho * L::QK_STRIDE + 4 * l;
-            let x_at = rho * L::X_STRIDE + 4 * l;
-            let cs = if HALF_SPLIT {
-                ld_shared_v4_f32(cs_at.0 + cs_at.1 * i)
-            } else {
-                let [c, s] = ld_shared_v2_f32(cs_at.0 + cs_at.1 * i);
-                [c, s, 1.0, 0.0]
-            };
-            let raw = rho * 256 + 4 * l;
-            // Raw staging row → biased, rotated tile row (the lane's two words).
-            let rotate_into = |raw_tile: u32, tile: u32, bias: [f32; 4]| {
-                let (lo, hi) = (
-                    ld_shared_u32(bk.base + raw_tile + raw),
-                    ld_shared_u32(bk.base + raw_tile + raw + 128),
-                );
-                let (w0, w1) = rotate_row(lo, hi, bias, cs, HALF_SPLIT);
-                st_shared_u32(bk.base + tile + qk_at, w0);
-                st_shared_u32(bk.base + tile + qk_at + 128, w1);
-            };
-            if !STATES_ONLY {
-                rotate_into(L::RAW_Q, L::Q, rp.q_bias);
+        // Rows in groups of ROTATE_GROUP, every load of a group issued before its first store:
+        // the loads and stores are `asm!` with memory effects, so neither LLVM nor ptxas moves a
+        // later row's loads above an earlier row's stores, and row by row each shared-memory
+        // latency would be waited out alone.
+        for i0 in (0..C).step_by(ROTATE_GROUP) {
+            let mut rows = [RawRow::default(); ROTATE_GROUP];
+            for (di, row) in rows.iter_mut().enumerate() {
+                let i = i0 + di as u32;
+                let raw = bk.base + (4 * i + r) * 256 + 4 * l;
+                row.cs = if HALF_SPLIT {
+                    ld_shared_v4_f32(cs_at.0 + cs_at.1 * i)
+                } else {
+                    let [c, s] = ld_shared_v2_f32(cs_at.0 + cs_at.1 * i);
+                    [c, s, 1.0, 0.0]
+                };
+                if !STATES_ONLY {
+                    row.q = [
+                        ld_shared_u32(raw + L::RAW_Q),
+                        ld_shared_u32(raw + L::RAW_Q + 128),
+                    ];
+                }
+                row.k = [
+                    ld_shared_u32(raw + L::RAW_K),
+                    ld_shared_u32(raw + L::RAW_K + 128),
+                ];
+                row.v = ld_shared_u32(v_at + 128 * i + 4 * l);
+                row.ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
             }
-            rotate_into(L::RAW_K, L::K, rp.k_bias);
-            let (v0, v1) = unpack(ld_shared_u32(v_at + 128 * i + 4 * l));
-            let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
-            let ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
-            if !STATES_ONLY {
-                st_shared_u32(bk.base + L::X + x_at, pack_bf16x2(x0, x1));
+            for (di, row) in rows.iter().enumerate() {
+                let rho = 4 * (i0 + di as u32) + r;
+                let qk_at = bk.base + rho * L::QK_STRIDE + 4 * l;
+                let x_at = bk.base + rho * L::X_STRIDE + 4 * l;
+                if !STATES_ONLY {
+                    let (w0, w1) = rotate_row(row.q[0], row.q[1], rp.q_bias, row.cs, HALF_SPLIT);
+                    st_shared_u32(qk_at + L::Q, w0);
+                    st_shared_u32(qk_at + L::Q + 128, w1);
+                }
+                let (w0, w1) = rotate_row(row.k[0], row.k[1], rp.k_bias, row.cs, HALF_SPLIT);
+                st_shared_u32(qk_at + L::K, w0);
+                st_shared_u32(qk_at + L::K + 128, w1);
+                let (v0, v1) = unpack(row.v);
+                let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
+                if !STATES_ONLY {
+                    st_shared_u32(x_at + L::X, pack_bf16x2(x0, x1));
+                }
+                st_shared_u32(x_at + L::XW, pack_bf16x2(x0 * row.ks, x1 * row.ks));
             }
-            st_shared_u32(bk.base + L::XW + x_at, pack_bf16x2(x0 * ks, x1 * ks));
         }
     }
+}
+
+/// Rows of phase R whose shared-memory loads are issued together.
+const ROTATE_GROUP: usize = 4;
+
+/// One row's inputs of phase R: its (c, s) pairs, the lane's two raw q and k words, its v word
+/// and its key scale.
+#[derive(Clone, Copy, Default)]
+struct RawRow {
+    cs: [f32; 4],
+    q: [u32; 2],
+    k: [u32; 2],
+    v: u32,
+    ks: f32,
 }
 
 /// `ldmatrix` row address of lane `lane` for the A operand (rows `row0..row0+16`, k columns
@@ -467,16 +511,28 @@ unsafe fn phase_scores_inter(bk: &Blk, bank: u32, state: &[[f32; 4]; 16]) -> [[[
                 }
             }
         }
-        let ia = 4 * w + g / 4;
-        for (jt, s) in sc.iter().enumerate() {
-            let jt = jt as u32;
-            if jt < 2 * w + 2 {
-                let ip = 2 * jt + t4 / 2;
-                let wa = ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip));
-                let wb = ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip));
-                let at = bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
-                st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
-                st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+        // Weights four tiles at a time, loaded before those tiles' stores (a store would
+        // otherwise hold each next load back, see `phase_rotate`); every address lies inside the
+        // (16, 16) weights. The row index goes through an opaque move so that the 16 addresses
+        // are formed here each chunk rather than hoisted out of the chunk loop and held.
+        let ia = opaque_u32(4 * w + g / 4);
+        for half in 0..2u32 {
+            let mut weights = [[0.0f32; 2]; 4];
+            for (d, wt) in weights.iter_mut().enumerate() {
+                let ip = 2 * (4 * half + d as u32) + t4 / 2;
+                *wt = [
+                    ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip)),
+                    ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip)),
+                ];
+            }
+            for (d, &[wa, wb]) in weights.iter().enumerate() {
+                let jt = 4 * half + d as u32;
+                let s = &sc[jt as usize];
+                if jt < 2 * w + 2 {
+                    let at = bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
+                    st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
+                    st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+                }
             }
         }
 
