@@ -98,10 +98,7 @@ pub fn angle_increment(logit: f32, dt: f32) -> f64 {
 /// and angle.
 #[inline(always)]
 pub fn angle_increment_f32(logit: f32, dt: f32) -> f32 {
-    let e = crate::math::exp(2.0 * logit.abs());
-    let t = fma_rn(-2.0, rcp_approx(e + 1.0), 1.0);
-    let t = if logit < 0.0 { -t } else { t };
-    core::f32::consts::PI * t * dt
+    core::f32::consts::PI * crate::math::tanh_rcp(logit) * dt
 }
 
 /// `x` reduced into [0, 2π) in f64 (`x − 2π·floor(x/2π)`; |x| < 2^62 assumed, NaN stays NaN).

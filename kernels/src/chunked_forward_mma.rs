@@ -291,11 +291,10 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
     // SAFETY (whole body): indices inside the TOT, CS, THETA, SCAL and WT regions.
     unsafe {
         // Branch-free (selects and unconditional work): divergent branches here cost more than
-        // the work they skip. Times past `len` get a finite θ (their increments are zero) and
-        // cos/sin entries nobody reads.
-        // Every shared load of the phase first (a store would hold each later load back, see
-        // `phase_rotate`): the warp totals, and the score weights' token scalars (the
-        // segment-state pass has no scores).
+        // the work they skip; times past `len` get a finite θ (their increments are zero) and
+        // cos/sin entries nobody reads. Every shared load of the phase comes first (a store would
+        // hold each later load back, see `phase_rotate`): the warp totals, and the score weights'
+        // token scalars (the segment-state pass has no scores).
         let totals = [0u32, 1, 2].map(|w| ld_shared_f64(bk.base + L::TOT + 8 * (32 * w + bk.lane)));
         let pairs = [0u32, 1].map(|m| {
             let e = bk.tid + m * T;

@@ -80,6 +80,22 @@ pub fn tanh(x: f32) -> f32 {
     }
 }
 
+/// [`tanh`] with the reciprocal by `rcp.approx` (1 ulp; the denominator is at least 2), as
+/// [`sigmoid_rcp`] is to [`sigmoid`]: no division subroutine where many are formed per block.
+#[inline(always)]
+pub fn tanh_rcp(x: f32) -> f32 {
+    let t = fma_rn(
+        -2.0,
+        crate::arch::float::rcp_approx(exp(2.0 * x.abs()) + 1.0),
+        1.0,
+    );
+    if x < 0.0 {
+        -t
+    } else {
+        t
+    }
+}
+
 /// `1/sqrt(x)`, correctly rounded square root then IEEE division.
 #[inline(always)]
 pub fn rsqrt(x: f32) -> f32 {
