@@ -213,13 +213,14 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
             };
             // The automatic choice first, then the other kernels that can run the call.
             let sm = gpu.sm_count();
-            let auto = config.path(tokens, sm);
+            let auto = config.path(tokens, sm, gpu.max_shared_memory_optin());
             let mut paths = vec![None];
             // Streaming also with twice and half the automatic rows per warp (its split is a
             // tuning choice: fewer, longer warps repeat the per-(b, h) prologue less often).
             let stream_rows = config.streaming_rows_per_warp(sm);
             let others = [
                 DecodePath::SharedTile,
+                DecodePath::Chunked,
                 DecodePath::Streaming {
                     rows_per_warp: stream_rows,
                 },

@@ -2,10 +2,18 @@
 //! needed): the rules of `DecodeConfig::register_resident` and `DecodeConfig::rows_per_warp`.
 
 use mamba3::decode::{
-    DecodeConfig, REGISTER_RESIDENT_MAX_SEQUENCE_HEADS, STREAMING_MIN_SEQUENCE_HEADS,
+    DecodeConfig, DecodePath, CHUNKED_MIN_TOKENS, REGISTER_RESIDENT_MAX_SEQUENCE_HEADS,
+    STREAMING_MIN_SEQUENCE_HEADS,
 };
+use mamba3::Dtype;
 use mamba3::{OutputMode, Rotation};
 use mamba3_abi::{DecodeRowsSmem, DecodeSmem};
+
+/// Opt-in shared memory per block of an H100/H200 (227 KiB).
+const H200_SHARED_MEMORY: usize = 232_448;
+
+/// Opt-in shared memory per block of sm_86 / sm_89 GPUs (99 KiB).
+const SM86_SHARED_MEMORY: usize = 101_376;
 
 /// The benchmark geometry (H=64 P=64 N=128 R=4, gated) at `batch`.
 fn reference(batch: usize) -> DecodeConfig {
@@ -36,29 +44,32 @@ fn general(batch: usize) -> DecodeConfig {
 #[test]
 fn small_batches_run_the_register_resident_kernel() {
     assert_eq!(
-        reference(1).dispatch_paths::<half::bf16>(2),
+        reference(1).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
         ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
     );
     assert_eq!(
-        general(1).dispatch_paths::<half::bf16>(2),
+        general(1).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
         ["decode_rows_bf16_r4"]
     );
     assert_eq!(
-        reference(2).dispatch_paths::<f32>(2),
+        reference(2).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
         ["decode_rows_fixed_f32_r4_n128_p64_na32"]
     );
-    assert_eq!(general(2).dispatch_paths::<f32>(2), ["decode_rows_f32_r4"]);
+    assert_eq!(
+        general(2).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        ["decode_rows_f32_r4"]
+    );
     assert_eq!(REGISTER_RESIDENT_MAX_SEQUENCE_HEADS, 128);
     assert_eq!(
-        reference(3).dispatch_paths::<half::bf16>(2),
+        reference(3).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
         ["decode_fixed_bf16_r4_n128_p64_na32"]
     );
     assert_eq!(
-        general(3).dispatch_paths::<half::bf16>(2),
+        general(3).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
         ["decode_bf16_r4"]
     );
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(2),
+        reference(256).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // Outside its geometry: N not a multiple of 4, N above 128, fused norm over more than 32 rows.
@@ -84,7 +95,10 @@ fn small_batches_run_the_register_resident_kernel() {
         } else {
             "decode_bf16_r4"
         };
-        assert_eq!(c.dispatch_paths::<half::bf16>(2), [shared]);
+        assert_eq!(
+            c.dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
+            [shared]
+        );
         let (r, n, p, na) = (
             c.rank as u32,
             c.state_dim as u32,
@@ -128,40 +142,39 @@ fn rows_spread_over_the_sms_at_small_batch() {
 
 #[test]
 fn one_token_at_many_sequence_heads_streams() {
-    use mamba3::decode::DecodePath;
     // From 512 sequence-heads a one-token call streams; several tokens keep the shared tile,
     // and so do fewer sequence-heads above the register-resident kernel's 128.
     assert_eq!(STREAMING_MIN_SEQUENCE_HEADS, 512);
     assert_eq!(
-        reference(8).dispatch_paths::<half::bf16>(1),
+        reference(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
     );
     assert_eq!(
-        general(8).dispatch_paths::<half::bf16>(1),
+        general(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_stream_bf16_r4"]
     );
     assert_eq!(
-        reference(7).dispatch_paths::<f32>(1),
+        reference(7).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // f32 streaming has no fixed instantiation (register budget): the general kernel.
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(1),
+        reference(256).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
         ["decode_stream_f32_r4"]
     );
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(8),
+        reference(256).dispatch_paths::<f32>(3, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // Few sequence-heads stay on the register-resident kernel whatever T.
     assert_eq!(
-        reference(2).dispatch_paths::<half::bf16>(1),
+        reference(2).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
     );
     // The row split aims for 8 warps per SM (1056 on 132 SMs). Batch 256: 16384 warps of all
     // 64 rows.
     assert_eq!(
-        reference(256).path(1, 132),
+        reference(256).path(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Batch 4 (256 sequence-heads, pinned): 64 → 32 → 16 rows give 256 … 1024 warps; 8 rows
@@ -171,17 +184,17 @@ fn one_token_at_many_sequence_heads_streams() {
     assert_eq!(reference(2).streaming_rows_per_warp(132), 4);
     // Batch 8: 64 → 32 rows give 512, 1024 warps; 16 rows 2048.
     assert_eq!(
-        reference(8).path(1, 132),
+        reference(8).path(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 16 }
     );
     // Batch 16: 64 rows give 1024 warps; 32 rows 2048.
     assert_eq!(
-        reference(16).path(1, 132),
+        reference(16).path(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 32 }
     );
     // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps.
     assert_eq!(
-        reference(32).path(1, 132),
+        reference(32).path(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Fused norm, N above 128 or N not a multiple of 4: not streamable.
@@ -201,13 +214,16 @@ fn one_token_at_many_sequence_heads_streams() {
         },
     ] {
         assert!(!c.streamable(1), "{c:?}");
-        assert_eq!(c.path(1, 132), DecodePath::SharedTile, "{c:?}");
+        assert_eq!(
+            c.path(1, 132, H200_SHARED_MEMORY),
+            DecodePath::SharedTile,
+            "{c:?}"
+        );
     }
 }
 
 #[test]
 fn pinned_paths_are_checked_against_the_call() {
-    use mamba3::decode::DecodePath;
     let c = reference(256);
     let stream = DecodePath::Streaming { rows_per_warp: 64 };
     assert!(c.check_path(stream, 1).is_ok());
@@ -231,4 +247,56 @@ fn pinned_paths_are_checked_against_the_call() {
     assert!(norm
         .check_path(DecodePath::RegisterResident { rows_per_warp: 4 }, 1)
         .is_err());
+}
+
+/// From [`CHUNKED_MIN_TOKENS`] tokens a call runs the chunked forward (tensor-core kernel in bf16
+/// at the benchmark geometry, `chunked_forward` otherwise) where its shared memory fits the GPU.
+#[test]
+fn multi_token_calls_run_the_chunked_forward() {
+    assert_eq!(CHUNKED_MIN_TOKENS, 4);
+    for batch in [1, 8, 256] {
+        assert_eq!(
+            reference(batch).path(4, 132, H200_SHARED_MEMORY),
+            DecodePath::Chunked
+        );
+        assert_eq!(
+            reference(batch).path(16, 132, H200_SHARED_MEMORY),
+            DecodePath::Chunked
+        );
+        assert_ne!(
+            reference(batch).path(3, 132, H200_SHARED_MEMORY),
+            DecodePath::Chunked
+        );
+    }
+    assert_eq!(
+        reference(256).dispatch_paths::<half::bf16>(8, H200_SHARED_MEMORY),
+        ["forward_mma_bf16_r4_n128_p64_na32_c16"]
+    );
+    assert_eq!(
+        reference(256).dispatch_paths::<f32>(8, H200_SHARED_MEMORY),
+        ["forward_fixed_f32_r4_n128_p64_na32_c16"]
+    );
+    assert_eq!(
+        general(1).dispatch_paths::<half::bf16>(8, H200_SHARED_MEMORY),
+        ["forward_fma_bf16_r4"]
+    );
+    // The forward's shared memory bounds the choice: the benchmark geometry's `chunked_forward`
+    // at C = 16 exceeds 99 KiB, so an sm_86 GPU keeps the per-token kernels.
+    let needed = reference(1)
+        .forward_config(8, Dtype::F32)
+        .shared_memory_bytes();
+    assert!(needed > SM86_SHARED_MEMORY as u64, "{needed}");
+    assert!(!reference(1).chunked_fits(8, SM86_SHARED_MEMORY));
+    assert_eq!(
+        reference(1).path(8, 132, SM86_SHARED_MEMORY),
+        DecodePath::RegisterResident { rows_per_warp: 2 }
+    );
+    // A small geometry fits everywhere.
+    let small = DecodeConfig {
+        state_dim: 16,
+        head_dim: 8,
+        num_angles: 4,
+        ..reference(1)
+    };
+    assert_eq!(small.path(5, 132, SM86_SHARED_MEMORY), DecodePath::Chunked);
 }

@@ -13,7 +13,8 @@ mod common;
 mod emulation;
 
 use mamba3::golden::{
-    forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
+    forward_recurrent, step, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions,
+    Rotation,
 };
 use mamba3_abi::{
     forward_mma_smem, segment_combine_smem_bytes, ForwardParams, ForwardSmem, ForwardStage,
@@ -126,6 +127,7 @@ fn run_emulated(
     staged: bool,
     segments: usize,
     forward: Forward,
+    init: Option<&FinalStates>,
 ) -> Outputs {
     let g = inp.geometry;
     let mut mem = emulation::Memory::default();
@@ -220,6 +222,12 @@ fn run_emulated(
         params.seg_state = ws;
         params.seg_theta = ws + 4 * (slots * st_words) as u64;
         params.seg_decay = ws + 4 * (slots * (st_words + th_words)) as u64;
+    }
+    if let Some(st) = init {
+        params.init_theta = mem.put_f32(&st.theta, "init_theta");
+        params.init_ssm = mem.put_f32(&st.ssm, "init_ssm");
+        params.init_k = mem.put_act(&st.k, bf16, "init_k");
+        params.init_v = mem.put_act(&st.v, bf16, "init_v");
     }
     let params = params;
     let lay = ForwardSmem::new(
@@ -378,7 +386,7 @@ fn check_forward(case: &Case, seed: u64, staged: bool, segments: usize, forward:
     let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     let inp = round_inputs(&raw, case.bf16);
     let reference = forward_recurrent(&inp).unwrap();
-    let ours = run_emulated(&inp, case.chunk, case.bf16, staged, segments, forward);
+    let ours = run_emulated(&inp, case.chunk, case.bf16, staged, segments, forward, None);
     let fs = &reference.final_states;
     let e_out = rel_err(&ours.out, &reference.out);
     let e_theta = common::angle_rel_err(&ours.theta, &fs.theta);
@@ -571,6 +579,166 @@ fn emulated_tensor_core_kernel_matches_golden() {
         }
     }
     eprintln!("emulated tensor-core kernel: worst error {worst:.2e}");
+}
+
+/// A forward that starts from a decode state: the golden forward's states after `prefix` tokens
+/// (rounded to the kernel's storage types) start the kernels on the remaining tokens; the
+/// reference is the golden step recurrence from the same rounded states.
+fn check_continuation(
+    case: &Case,
+    prefix: usize,
+    seed: u64,
+    segments: usize,
+    forward: Forward,
+) -> f64 {
+    let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
+    let inp = round_inputs(&raw, case.bf16);
+    let s = case.geo.seq_len;
+    let head = forward_recurrent(&inp.token_slice(0, prefix).unwrap()).unwrap();
+    let act = |x: &[f64]| -> Vec<f64> {
+        x.iter()
+            .map(|&v| {
+                if case.bf16 {
+                    half::bf16::from_f64(v).to_f64()
+                } else {
+                    v as f32 as f64
+                }
+            })
+            .collect()
+    };
+    let f = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| v as f32 as f64).collect() };
+    let fs = &head.final_states;
+    let init = FinalStates {
+        theta: f(&fs.theta),
+        ssm: f(&fs.ssm),
+        k: act(&fs.k),
+        v: act(&fs.v),
+    };
+    let tail = inp.token_slice(prefix, s).unwrap();
+    let mut reference = init.clone();
+    let ref_out = step(&tail, &mut reference).unwrap();
+    let ours = run_emulated(
+        &tail,
+        case.chunk,
+        case.bf16,
+        true,
+        segments,
+        forward,
+        Some(&init),
+    );
+    let e_out = rel_err(&ours.out, &ref_out);
+    let e_theta = common::angle_rel_err(&ours.theta, &reference.theta);
+    let e_ssm = rel_err(&ours.ssm, &reference.ssm);
+    let e_k = rel_err(&ours.k, &reference.k);
+    let e_v = rel_err(&ours.v, &reference.v);
+    let worst = e_out.max(e_theta).max(e_ssm).max(e_k).max(e_v);
+    eprintln!(
+        "emulated continuation {}{} after {prefix} tokens K={segments} {:?} C={}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
+        if case.bf16 { "bf16" } else { "f32" },
+        if forward == Forward::TensorCore { " tensor-core" } else { "" },
+        tail.geometry,
+        case.chunk,
+    );
+    let tol = if case.bf16 { 1e-2 } else { 2e-6 };
+    assert!(worst <= tol, "worst error {worst:e} above {tol:e}");
+    worst
+}
+
+/// Both forward kernels started from a decode state (`ForwardParams::init_*`): the general and
+/// fixed-geometry `chunked_forward` in both dtypes, the tensor-core kernel, whole and split into
+/// segments (the segment-state pass starts segment 0 from the initial state too), tails, GQA,
+/// both rotations, every output mode.
+#[test]
+fn emulated_kernels_continue_from_an_initial_state() {
+    use OutputMode::*;
+    use Rotation::*;
+    let mut worst = 0.0f64;
+    let small = [
+        (
+            geo(1, 13, 4, 1, 2, 16, 8, 4),
+            5,
+            opts(HalfSplit, Gated, true, true),
+            false,
+        ),
+        (
+            geo(2, 9, 2, 2, 2, 8, 5, 2),
+            4,
+            opts(Pairwise, Prereduce, false, true),
+            true,
+        ),
+        (
+            geo(1, 11, 1, 1, 1, 12, 7, 3),
+            3,
+            opts(Pairwise, FusedNorm, true, false),
+            false,
+        ),
+        (
+            geo(1, 10, 8, 1, 1, 16, 4, 8),
+            4,
+            opts(HalfSplit, Gated, false, false),
+            true,
+        ),
+    ];
+    for (i, (g, chunk, o, bf16)) in small.into_iter().enumerate() {
+        let case = Case {
+            geo: g,
+            chunk,
+            opts: o,
+            bf16,
+        };
+        let seed = 500 + i as u64;
+        let prefix = 1 + i % 3;
+        worst = worst.max(check_continuation(&case, prefix, seed, 1, Forward::Chunked));
+        worst = worst.max(check_continuation(&case, prefix, seed, 2, Forward::Chunked));
+    }
+    for (i, bf16) in [false, true].into_iter().enumerate() {
+        let case = Case {
+            geo: geo(1, 21, 4, 1, 1, 128, 64, 32),
+            chunk: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16,
+        };
+        worst = worst.max(check_continuation(
+            &case,
+            3,
+            520 + i as u64,
+            1,
+            Forward::Chunked,
+        ));
+    }
+    let tc = [
+        (
+            geo(1, 26, 4, 1, 2, 128, 64, 32),
+            opts(HalfSplit, Gated, true, true),
+        ),
+        (
+            geo(2, 9, 4, 2, 2, 128, 64, 32),
+            opts(Pairwise, Prereduce, true, false),
+        ),
+    ];
+    for (i, (g, o)) in tc.into_iter().enumerate() {
+        let case = Case {
+            geo: g,
+            chunk: 16,
+            opts: o,
+            bf16: true,
+        };
+        worst = worst.max(check_continuation(
+            &case,
+            1 + 4 * i,
+            530 + i as u64,
+            1,
+            Forward::TensorCore,
+        ));
+    }
+    let case = Case {
+        geo: geo(1, 40, 4, 1, 1, 128, 64, 32),
+        chunk: 16,
+        opts: opts(Pairwise, FusedNorm, true, true),
+        bf16: true,
+    };
+    worst = worst.max(check_continuation(&case, 5, 540, 2, Forward::TensorCore));
+    eprintln!("emulated continuation: worst error {worst:.2e}");
 }
 
 /// The GPU suite's small geometries plus short versions of upstream's, in emulation (slow: run on

@@ -316,6 +316,38 @@ fn decode_matches_golden_on_the_reference_geometry() {
     );
 }
 
+/// The chunked path (the forward kernels started from the state): one token, one chunk of 8 and
+/// two chunks (19 tokens), every output mode, both rotations, both dtypes (bf16 runs the
+/// tensor-core forward at this geometry).
+#[test]
+fn chunked_decode_matches_golden_on_the_reference_geometry() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    let mut worst = [Errors::default(); 2];
+    for (i, tokens) in [1usize, 8, 19].into_iter().enumerate() {
+        for mode in [
+            OutputMode::Gated,
+            OutputMode::FusedNorm,
+            OutputMode::Prereduce,
+        ] {
+            for rotation in [Rotation::HalfSplit, Rotation::Pairwise] {
+                let case = Case {
+                    tokens,
+                    mode,
+                    rotation,
+                    path: Some(DecodePath::Chunked),
+                    ..REFERENCE
+                };
+                check_both(&gpu, &stream, case, 200 + i as u64, &mut worst);
+            }
+        }
+    }
+    eprintln!(
+        "chunked decode H=64 P=64 N=128 R=4: worst f32 {:?}, worst bf16 {:?}",
+        worst[0], worst[1]
+    );
+}
+
 #[test]
 fn streaming_decode_matches_golden_on_the_reference_geometry() {
     let gpu = gpu_or_skip!();
@@ -477,6 +509,24 @@ proptest! {
     }
 
     #[test]
+    fn chunked_decode_matches_golden_over_random_geometries(case in arb_case(), bf16_dtype in any::<bool>(), seed in 0u64..1000) {
+        let Some(gpu) = common::gpu() else { return Ok(()) };
+        let stream = gpu.context().new_stream().unwrap();
+        let case = Case { path: Some(DecodePath::Chunked), ..case };
+        let dtype = if bf16_dtype { Dtype::Bf16 } else { Dtype::F32 };
+        let needed = case.config(1e-5).forward_config(case.tokens, dtype).shared_memory_bytes();
+        if needed > gpu.max_shared_memory_optin() as u64 {
+            eprintln!("skipped {case:?}: the chunked forward needs {needed} bytes of shared memory");
+            return Ok(());
+        }
+        if bf16_dtype {
+            check::<bf16>(&gpu, &stream, case, seed);
+        } else {
+            check::<f32>(&gpu, &stream, case, seed);
+        }
+    }
+
+    #[test]
     fn decode_matches_golden_over_random_geometries(case in arb_case(), bf16_dtype in any::<bool>(), seed in 0u64..1000) {
         let Some(gpu) = common::gpu() else { return Ok(()) };
         let stream = gpu.context().new_stream().unwrap();
@@ -614,7 +664,16 @@ fn graph_replay_is_bitwise_equal_to_eager() {
     // Batch 1 runs the register-resident kernel (rows split over blocks: the arrival counters
     // must be back at zero for every replay), batch 4 the shared-memory kernel, batch 16 the
     // streaming kernel at one token (rows split over four warps per (b, h), counters again).
-    for (batch, tokens) in [(1, 1), (1, 4), (4, 1), (4, 4), (16, 1)] {
+    // Last, the chunked path (the forward kernels, state advanced in place).
+    let chunked = Some(DecodePath::Chunked);
+    for (batch, tokens, pin) in [
+        (1, 1, None),
+        (1, 4, None),
+        (4, 1, None),
+        (4, 4, None),
+        (16, 1, None),
+        (4, 8, chunked),
+    ] {
         let case = Case {
             batch,
             tokens,
@@ -633,6 +692,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         let weights = devs[0].weights();
         let mut eager =
             DecodeState::from_host(&stream, config, &host_state::<bf16>(&start)).unwrap();
+        eager.pin_path(pin);
         let mut eager_out = Vec::new();
         for dev in &devs {
             let mut out = stream
@@ -651,7 +711,9 @@ fn graph_replay_is_bitwise_equal_to_eager() {
             eager_out.push(stream.clone_dtoh(&out).unwrap());
         }
 
-        let state = DecodeState::from_host(&stream, config, &host_state::<bf16>(&start)).unwrap();
+        let mut state =
+            DecodeState::from_host(&stream, config, &host_state::<bf16>(&start)).unwrap();
+        state.pin_path(pin);
         let mut graph = DecodeGraph::capture(&gpu, &stream, state, &weights, tokens).unwrap();
         for (dev, want) in devs.iter().zip(&eager_out) {
             let b = graph.buffers_mut();
@@ -691,7 +753,12 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         assert_eq!(from_graph, from_eager, "graph state differs from eager");
         eprintln!(
             "graph replay B={batch} T={tokens} ({}): 3 replays bitwise equal to eager",
-            config.dispatch_paths::<bf16>(tokens).join(",")
+            pin.map_or_else(
+                || config
+                    .dispatch_paths::<bf16>(tokens, gpu.max_shared_memory_optin())
+                    .join(","),
+                |p| format!("{p:?}")
+            )
         );
     }
 }

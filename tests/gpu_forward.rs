@@ -14,16 +14,17 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::cuda::CudaStream;
 use mamba3::forward::{
-    dispatch_paths, dispatch_paths_with_workspace, forward, forward_with_workspace,
-    sequence_segments, workspace_len, Activation, Dtype, FinalStatesMut, ForwardConfig,
-    ForwardInputs,
+    dispatch_paths, dispatch_paths_with_workspace, forward, forward_from_states,
+    forward_with_workspace, sequence_segments, workspace_len, Activation, Dtype, FinalStatesMut,
+    ForwardConfig, ForwardInputs, InitialStates,
 };
 use mamba3::golden::{
-    forward_recurrent, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
+    forward_recurrent, step, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions,
+    Rotation,
 };
 use mamba3::{Error, Gpu};
 
-use common::device::{config_of, down_act, down_f32, poison, DeviceInputs};
+use common::device::{config_of, down_act, down_f32, poison, up_act, up_f32, DeviceInputs};
 use common::{angle_rel_err, assert_invalid_argument, geo, opts, quantize, rel_err, UPSTREAM_GRID};
 
 const F32_TOL: f64 = 2e-6;
@@ -82,6 +83,7 @@ fn run_gpu<T: Activation>(
     inp: &Mamba3Inputs,
     chunk: usize,
     split: bool,
+    initial: Option<&FinalStates>,
 ) -> DeviceResult {
     let cfg = config_of::<T>(inp, chunk);
     let g = inp.geometry;
@@ -94,6 +96,14 @@ fn run_gpu<T: Activation>(
     let mut ssm = poison::<f32>(s, st.ssm);
     let mut fk = poison::<T>(s, st.k);
     let mut fv = poison::<T>(s, st.v);
+    let init = initial.map(|i| {
+        (
+            up_f32(s, &i.theta),
+            up_f32(s, &i.ssm),
+            up_act::<T>(s, &i.k),
+            up_act::<T>(s, &i.v),
+        )
+    });
     {
         let mut states = FinalStatesMut {
             theta: theta.as_view_mut(),
@@ -101,7 +111,25 @@ fn run_gpu<T: Activation>(
             k: fk.as_view_mut(),
             v: fv.as_view_mut(),
         };
-        if split {
+        if let Some((theta, ssm, k, v)) = &init {
+            let initial = InitialStates {
+                theta: theta.as_view(),
+                ssm: ssm.as_view(),
+                k: k.as_view(),
+                v: v.as_view(),
+            };
+            let mut ws = poison::<f32>(s, workspace_len(&cfg, gpu.sm_count()).max(1));
+            forward_from_states(
+                gpu,
+                s,
+                &cfg,
+                &initial,
+                &inputs,
+                &mut out.as_view_mut(),
+                Some(&mut states),
+                split.then_some(&mut ws.as_view_mut()),
+            )
+        } else if split {
             let mut ws = poison::<f32>(s, workspace_len(&cfg, gpu.sm_count()).max(1));
             forward_with_workspace(
                 gpu,
@@ -174,7 +202,7 @@ fn check_path<T: Activation>(
     } else {
         1
     };
-    let ours = run_gpu::<T>(gpu, s, inp, case.chunk, split);
+    let ours = run_gpu::<T>(gpu, s, inp, case.chunk, split, None);
     for (name, x) in [
         ("out", &ours.out),
         ("theta", &ours.theta),
@@ -537,4 +565,127 @@ fn forward_split_handoff_angles_match_golden() {
     );
     assert!(worst < 1e-9, "hand-off angles off by {worst:e} rad");
     assert!(worst_final < 1e-6, "final θ off by {worst_final:e} rad");
+}
+
+/// A forward continued from states (`forward_from_states`): the GPU forward's final states after
+/// `prefix` tokens start a second GPU forward over the rest, whole and split into segments (the
+/// segment-state pass starts segment 0 from the initial state), against the golden step
+/// recurrence from the same states. Both kernels: small geometries on `chunked_forward`, the
+/// tensor-core geometry in bf16 (and its f32 on the fixed-geometry FMA kernel).
+fn check_continuation<T: Activation>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    case: &Case,
+    prefix: usize,
+    seed: u64,
+) -> f64 {
+    let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
+    let inp = round_inputs::<T>(&raw);
+    let head = run_gpu::<T>(
+        gpu,
+        s,
+        &inp.token_slice(0, prefix).unwrap(),
+        case.chunk,
+        false,
+        None,
+    );
+    let init = FinalStates {
+        theta: head.theta,
+        ssm: head.ssm,
+        k: head.k,
+        v: head.v,
+    };
+    let tail = inp.token_slice(prefix, case.geo.seq_len).unwrap();
+    let mut reference = init.clone();
+    let ref_out = step(&tail, &mut reference).unwrap();
+    let mut worst = 0.0f64;
+    for split in [false, true] {
+        let ours = run_gpu::<T>(gpu, s, &tail, case.chunk, split, Some(&init));
+        let e = Errors {
+            out: rel_err(&ours.out, &ref_out),
+            theta: angle_rel_err(&ours.theta, &reference.theta),
+            ssm: rel_err(&ours.ssm, &reference.ssm),
+            k: rel_err(&ours.k, &reference.k),
+            v: rel_err(&ours.v, &reference.v),
+        };
+        let segments = if split {
+            sequence_segments(&config_of::<T>(&tail, case.chunk), gpu.sm_count())
+        } else {
+            1
+        };
+        eprintln!(
+            "forward from states {:>4} after {prefix} K={segments} {:?} C={}: error out {:.2e} theta {:.2e} ssm {:.2e} k {:.2e} v {:.2e}",
+            if T::DTYPE == Dtype::F32 { "f32" } else { "bf16" },
+            tail.geometry, case.chunk, e.out, e.theta, e.ssm, e.k, e.v
+        );
+        worst = worst.max(e.worst());
+    }
+    let tol = if T::DTYPE == Dtype::F32 {
+        F32_TOL
+    } else {
+        BF16_TOL
+    };
+    assert!(
+        worst <= tol,
+        "worst error {worst:e} above {tol:e} for {case:?}"
+    );
+    worst
+}
+
+#[test]
+fn forward_from_states_matches_golden_continuation() {
+    let gpu = gpu_or_skip!();
+    let s = gpu.context().new_stream().unwrap();
+    let cases = [
+        (
+            Case {
+                geo: geo(2, 300, 4, 1, 3, 32, 16, 8),
+                chunk: 16,
+                opts: opts(Rotation::HalfSplit, OutputMode::Gated, true, true),
+            },
+            41,
+        ),
+        (
+            Case {
+                geo: geo(1, 150, 2, 2, 4, 24, 12, 5),
+                chunk: 7,
+                opts: opts(Rotation::Pairwise, OutputMode::FusedNorm, true, false),
+            },
+            9,
+        ),
+        (
+            Case {
+                geo: geo(1, 200, 8, 1, 2, 16, 8, 8),
+                chunk: 8,
+                opts: opts(Rotation::HalfSplit, OutputMode::Prereduce, false, true),
+            },
+            1,
+        ),
+        (
+            Case {
+                geo: geo(1, 700, 4, 1, 2, 128, 64, 32),
+                chunk: 16,
+                opts: opts(Rotation::HalfSplit, OutputMode::Gated, true, true),
+            },
+            123,
+        ),
+    ];
+    let (mut worst_f32, mut worst_bf16) = (0.0f64, 0.0f64);
+    for (i, (case, prefix)) in cases.iter().enumerate() {
+        worst_f32 = worst_f32.max(check_continuation::<f32>(
+            &gpu,
+            &s,
+            case,
+            *prefix,
+            900 + i as u64,
+        ));
+        worst_bf16 = worst_bf16.max(check_continuation::<bf16>(
+            &gpu,
+            &s,
+            case,
+            *prefix,
+            900 + i as u64,
+        ));
+    }
+    eprintln!("forward from states: worst f32 {worst_f32:.2e}, bf16 {worst_bf16:.2e}");
 }

@@ -523,7 +523,8 @@ pub mod forward_mma_smem {
     pub const BYTES: u32 = IDENT + 16;
 }
 
-/// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state.
+/// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state, or
+/// from the initial state of [`ForwardParams::init_theta`] and the three pointers after it.
 ///
 /// Layouts (row-major; `X` = the input dtype, bf16 or f32):
 /// q, k `(B,S,R,G,N)` X; v, z `(B,S,H,P)` X; trap `(B,H,S)` X; dt, adt `(B,H,S)` f32;
@@ -620,6 +621,19 @@ pub struct ForwardParams {
     pub seg_theta: u64,
     /// Segment decays `(B,H,K−1)` f32: the product of segment s's chunk decays `exp(A_last)`.
     pub seg_decay: u64,
+    /// Initial θ `(B,H,Na)` f32 (any real; a decode state keeps it in [0, 2π)), or 0 for a
+    /// sequence that starts from a zero state. The four `init_*` pointers are all set or all 0;
+    /// they are read only by the blocks of segment 0 and must not overlap the final states when
+    /// `segments > 1` (with one segment each block reads its (b, h) before writing it, so a
+    /// decode state may be advanced in place).
+    pub init_theta: u64,
+    /// Initial SSM state `(B,H,P,N)` f32 (with `init_theta`).
+    pub init_ssm: u64,
+    /// Rotated, biased k̂ of the token before the first `(B,R,H,N)` X (with `init_theta`): its
+    /// trapezoidal term `(1 − σ(trap₀))·Δ₀·Σ_r (v₀·mimo_v_r) k̂_r` enters the first update.
+    pub init_k: u64,
+    /// Raw v of the token before the first `(B,H,P)` X (with `init_theta`).
+    pub init_v: u64,
 }
 
 /// Threads per block of the segment combine kernel.

@@ -54,6 +54,16 @@ pub enum Dtype {
     Bf16,
 }
 
+impl Dtype {
+    /// Bytes per element.
+    pub const fn bytes(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::Bf16 => 2,
+        }
+    }
+}
+
 /// A Rust type usable as an activation element on the device.
 pub trait Activation:
     DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + 'static

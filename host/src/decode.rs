@@ -19,12 +19,14 @@ use cudarc::driver::{
 };
 use mamba3_abi::{
     decode_rows_max_per_warp, DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem,
-    DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS, DECODE_STREAM_MAX_N, DECODE_STREAM_WARPS, DECODE_WARPS,
+    ForwardParams, DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS, DECODE_STREAM_MAX_N, DECODE_STREAM_WARPS,
+    DECODE_WARPS,
 };
 
-use crate::config::{Activation, OutputMode, Rotation};
+use crate::config::{Activation, Dtype, OutputMode, Rotation};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
+use crate::forward::{self, ForwardArgs, ForwardConfig};
 use crate::kernel::{FixedDecodeGeometry, Kernel};
 
 /// Most sequence-heads B·H for which a call runs the register-resident kernel.
@@ -38,6 +40,22 @@ use crate::kernel::{FixedDecodeGeometry, Kernel};
 /// (T = 1, streaming 18.7) and 15.8 per token (T = 8, shared tile 7.8); at B = 64, 212 and 118
 /// against 94 and 59.
 pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
+
+/// Fewest tokens per call for which [`DecodeConfig::path`] picks [`DecodePath::Chunked`] (where
+/// the forward's shared memory fits the GPU).
+///
+/// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph-replayed µs per call): the chunked
+/// forward costs about the same for any T ≤ 16 (one chunk), 15 µs at B = 1 up to 1130 at B = 256,
+/// while the per-token kernels grow with T: at T = 8 the chunked call is faster at every batch
+/// (B = 1: 15.1 against 29.3; B = 8: 45 against 63; B = 64: 300 against 486; B = 256: 1129
+/// against 1727), at T = 1 slower (B = 1: 14.9 against 9.5; B = 256: 1102 against 354).
+/// Interpolating the per-token kernels linearly in T puts the crossover near T = 3 at B = 1 and
+/// T = 4–5 from B = 8 up.
+pub const CHUNKED_MIN_TOKENS: usize = 4;
+
+/// Chunk size of [`DecodePath::Chunked`]: the chunk of the fixed-geometry and tensor-core
+/// forward instantiations, so a call of up to 16 tokens is one chunk.
+pub const DECODE_FORWARD_CHUNK: usize = 16;
 
 /// Fewest sequence-heads B·H for which a one-token call runs the streaming kernel.
 ///
@@ -75,6 +93,12 @@ pub enum DecodePath {
         /// State rows per warp, ≥ 1.
         rows_per_warp: u32,
     },
+    /// The chunked forward (`forward_mma_*` where the dtype and geometry have the tensor-core
+    /// kernel, else `forward_fma_*`, see [`crate::forward::kernel_for`]) over the call's T tokens
+    /// as one sequence in chunks of [`DECODE_FORWARD_CHUNK`], started from the state and writing
+    /// it back in place (`ForwardParams::init_*`): a block per (b, h), every token's update and
+    /// read-out as chunk GEMMs; T ≥ 1.
+    Chunked,
 }
 
 impl DecodePath {
@@ -99,13 +123,14 @@ impl DecodePath {
             (DecodePath::SharedTile, None) => Kernel::decode(X::DTYPE, rank),
             (DecodePath::RegisterResident { .. }, None) => Kernel::decode_rows(X::DTYPE, rank),
             (DecodePath::Streaming { .. }, None) => Kernel::decode_stream(X::DTYPE, rank),
+            (DecodePath::Chunked, _) => forward::kernel_for(&config.forward_config(1, X::DTYPE)),
         }
     }
 
     /// State rows per warp (0 for the shared-tile kernel, which takes none).
     pub fn rows_per_warp(&self) -> u32 {
         match *self {
-            DecodePath::SharedTile => 0,
+            DecodePath::SharedTile | DecodePath::Chunked => 0,
             DecodePath::RegisterResident { rows_per_warp }
             | DecodePath::Streaming { rows_per_warp } => rows_per_warp,
         }
@@ -245,9 +270,11 @@ impl DecodeConfig {
     /// [`STREAMING_MIN_SEQUENCE_HEADS`] sequence-heads a one-token call streams (where
     /// [`DecodeConfig::streamable`]); few sequence-heads run the register-resident kernel (see
     /// [`DecodeConfig::register_resident`]); the shared-tile kernel runs the rest.
-    pub fn path(&self, tokens: usize, sm_count: usize) -> DecodePath {
+    pub fn path(&self, tokens: usize, sm_count: usize, max_shared_memory: usize) -> DecodePath {
         let many = self.batch * self.heads >= STREAMING_MIN_SEQUENCE_HEADS;
-        if many && self.streamable(tokens) {
+        if tokens >= CHUNKED_MIN_TOKENS && self.chunked_fits(tokens, max_shared_memory) {
+            DecodePath::Chunked
+        } else if many && self.streamable(tokens) {
             DecodePath::Streaming {
                 rows_per_warp: self.streaming_rows_per_warp(sm_count),
             }
@@ -260,11 +287,25 @@ impl DecodeConfig {
         }
     }
 
+    /// Whether [`DecodePath::Chunked`] can run a call over `tokens` tokens on a GPU whose opt-in
+    /// shared memory per block is `max_shared_memory` bytes (the `chunked_forward` kernel's,
+    /// which every geometry can fall back to, is the bound).
+    pub fn chunked_fits(&self, tokens: usize, max_shared_memory: usize) -> bool {
+        let config = self.forward_config(tokens, Dtype::F32);
+        forward::validate_config(&config).is_ok()
+            && config.shared_memory_bytes() <= max_shared_memory as u64
+    }
+
     /// Checks that `path` can run a call over `tokens` tokens with this geometry; the error names
     /// the path and the rule.
     pub fn check_path(&self, path: DecodePath, tokens: usize) -> Result<()> {
         let broken = match path {
             DecodePath::SharedTile => None,
+            DecodePath::Chunked => {
+                forward::validate_config(&self.forward_config(tokens, Dtype::F32))
+                    .err()
+                    .map(|e| format!("the chunked forward rejects this call: {e}"))
+            }
             DecodePath::RegisterResident { rows_per_warp } => {
                 let max = self.max_rows_per_warp();
                 let rows_max = (DECODE_ROWS_WARPS * max) as usize;
@@ -299,6 +340,28 @@ impl DecodeConfig {
         match broken {
             None => Ok(()),
             Some(rule) => Err(Error::invalid("path", format!("{path:?}"), rule)),
+        }
+    }
+
+    /// The forward configuration of [`DecodePath::Chunked`] for a call over `tokens` tokens with
+    /// activations in `dtype`: the same geometry and options, S = T, C = [`DECODE_FORWARD_CHUNK`].
+    pub fn forward_config(&self, tokens: usize, dtype: Dtype) -> ForwardConfig {
+        ForwardConfig {
+            batch: self.batch,
+            seq_len: tokens,
+            rank: self.rank,
+            groups: self.groups,
+            heads: self.heads,
+            state_dim: self.state_dim,
+            head_dim: self.head_dim,
+            num_angles: self.num_angles,
+            chunk_size: DECODE_FORWARD_CHUNK,
+            dtype,
+            rotation: self.rotation,
+            mode: self.mode,
+            has_z: self.has_z,
+            has_d: self.has_d,
+            norm_eps: self.norm_eps,
         }
     }
 
@@ -340,10 +403,15 @@ impl DecodeConfig {
         }
     }
 
-    /// The kernels a call over `tokens` tokens with activation type `X` launches, by symbol
-    /// (the choice does not depend on the SM count, only the row split does).
-    pub fn dispatch_paths<X: Activation>(&self, tokens: usize) -> Vec<&'static str> {
-        self.path(tokens, 1)
+    /// The kernels a call over `tokens` tokens with activation type `X` launches on a GPU whose
+    /// opt-in shared memory per block is `max_shared_memory` bytes, by symbol (the choice does
+    /// not depend on the SM count, only the row split does).
+    pub fn dispatch_paths<X: Activation>(
+        &self,
+        tokens: usize,
+        max_shared_memory: usize,
+    ) -> Vec<&'static str> {
+        self.path(tokens, 1, max_shared_memory)
             .kernel::<X>(self)
             .map(|k| vec![k.symbol()])
             .unwrap_or_default()
@@ -777,8 +845,11 @@ pub fn step_tokens<X: Activation>(
     validate_call(&c, weights, inputs, tokens, out.len())?;
     let path = state
         .pinned
-        .unwrap_or_else(|| c.path(tokens, gpu.sm_count()));
+        .unwrap_or_else(|| c.path(tokens, gpu.sm_count(), gpu.max_shared_memory_optin()));
     c.check_path(path, tokens)?;
+    if path == DecodePath::Chunked {
+        return step_chunked(gpu, stream, state, weights, inputs, tokens, out);
+    }
     let kernel = path
         .kernel::<X>(&c)
         .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
@@ -837,6 +908,7 @@ pub fn step_tokens<X: Activation>(
                     .bytes(),
             }
         }
+        DecodePath::Chunked => unreachable!("launched by step_chunked"),
         DecodePath::Streaming { rows_per_warp } => {
             let warps = (c.batch * c.heads) as u32 * p.div_ceil(rows_per_warp);
             LaunchConfig {
@@ -855,6 +927,79 @@ pub fn step_tokens<X: Activation>(
     // fused-norm mode, the state's zeroed arrival counters; streaming: one token, a warp per row
     // range in blocks of DECODE_STREAM_WARPS, DecodeStreamSmem bytes, N % 4 == 0, N ≤ 128, no
     // fused norm, the zeroed counters; shared tile: grid (H,B), DECODE_WARPS warps, DecodeSmem).
+    let launched = unsafe { launch.run(cfg) };
+    drop(ptrs);
+    launched
+}
+
+/// [`step_tokens`] on [`DecodePath::Chunked`] (everything validated): one forward launch over the
+/// T tokens, from the state and back into it.
+fn step_chunked<X: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    state: &mut DecodeState<X>,
+    weights: &DecodeWeights,
+    inputs: &DecodeInputs<X>,
+    tokens: usize,
+    out: &mut CudaSlice<X>,
+) -> Result<()> {
+    let config = state.config.forward_config(tokens, X::DTYPE);
+    let (smem, staged) = forward::chunked_shared_memory(gpu, &config)?;
+    let mut ptrs = Pointers {
+        stream,
+        guards: Vec::with_capacity(20),
+    };
+    let (theta, ssm) = (ptrs.write(&mut state.theta), ptrs.write(&mut state.ssm));
+    let (k_state, v_state) = (ptrs.write(&mut state.k), ptrs.write(&mut state.v));
+    let params = ForwardParams {
+        q: ptrs.read(inputs.q),
+        k: ptrs.read(inputs.k),
+        v: ptrs.read(inputs.v),
+        z: ptrs.read_opt(inputs.z),
+        trap: ptrs.read(inputs.trap),
+        dt: ptrs.read(inputs.dt),
+        adt: ptrs.read(inputs.adt),
+        angles: ptrs.read(inputs.angles),
+        q_bias: ptrs.read(weights.q_bias),
+        k_bias: ptrs.read(weights.k_bias),
+        mimo_v: ptrs.read(weights.mimo_v),
+        mimo_z: ptrs.read_opt(weights.mimo_z),
+        mimo_o: ptrs.read_opt(weights.mimo_o),
+        d: ptrs.read_opt(weights.d),
+        norm_weight: ptrs.read_opt(weights.norm_weight),
+        out: ptrs.write(out),
+        final_theta: theta,
+        final_ssm: ssm,
+        final_k: k_state,
+        final_v: v_state,
+        init_theta: theta,
+        init_ssm: ssm,
+        init_k: k_state,
+        init_v: v_state,
+        batch: config.batch as u32,
+        seq_len: tokens as u32,
+        rank: config.rank as u32,
+        heads: config.heads as u32,
+        groups: config.groups as u32,
+        n: config.state_dim as u32,
+        p: config.head_dim as u32,
+        na: config.num_angles as u32,
+        chunk: config.chunk_size as u32,
+        mode: config.mode.code(),
+        rotation: config.rotation.code(),
+        norm_eps: config.norm_eps,
+        staged: u32::from(staged),
+        ..ForwardParams::default()
+    };
+    let (kernel, _, cfg) = forward::launch_plan(gpu, &config, &params, 1, smem)?;
+    let args = ForwardArgs(params);
+    let mut launch = gpu.launch(stream, kernel)?;
+    launch.arg(&args);
+    // SAFETY: one by-value `ForwardParams` is the forward kernel's parameter list; the decode
+    // tensors were validated against the config's shapes, which are the forward's layouts with
+    // S = T; one segment, so each block reads its (b, h) of the state before writing it back
+    // (the in-place contract of `ForwardParams::init_theta`); `launch_plan` gave the kernel's
+    // launch shape and checked the tensor-core kernel's alignment and shared memory.
     let launched = unsafe { launch.run(cfg) };
     drop(ptrs);
     launched

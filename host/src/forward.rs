@@ -435,12 +435,44 @@ pub fn validate(c: &ForwardConfig, lens: &ForwardLens) -> Result<()> {
     };
     check_len("out", lens.out, want.out, out_letters, out_dims)?;
     if let (Some(got), Some(st)) = (lens.states, want.states) {
-        check_len("states.theta", got.theta, st.theta, "(B,H,Na)", &[b, h, na])?;
-        check_len("states.ssm", got.ssm, st.ssm, "(B,H,P,N)", &[b, h, p, n])?;
-        check_len("states.k", got.k, st.k, "(B,R,H,N)", &[b, r, h, n])?;
-        check_len("states.v", got.v, st.v, "(B,H,P)", &[b, h, p])?;
+        let names = ["states.theta", "states.ssm", "states.k", "states.v"];
+        check_state_lens(c, names, &got, &st)?;
     }
     Ok(())
+}
+
+/// Checks the four state buffers `got` (named by `names`: θ, ssm, k, v) against `want`.
+fn check_state_lens(
+    c: &ForwardConfig,
+    names: [&'static str; 4],
+    got: &StateLens,
+    want: &StateLens,
+) -> Result<()> {
+    let (b, r, h, n, p, na) = (
+        c.batch,
+        c.rank,
+        c.heads,
+        c.state_dim,
+        c.head_dim,
+        c.num_angles,
+    );
+    check_len(names[0], got.theta, want.theta, "(B,H,Na)", &[b, h, na])?;
+    check_len(names[1], got.ssm, want.ssm, "(B,H,P,N)", &[b, h, p, n])?;
+    check_len(names[2], got.k, want.k, "(B,R,H,N)", &[b, r, h, n])?;
+    check_len(names[3], got.v, want.v, "(B,H,P)", &[b, h, p])
+}
+
+/// Checks the lengths of the initial-state buffers of [`forward_from_states`] against `c`
+/// (the final-state layouts); errors name `initial.theta`, `initial.ssm`, `initial.k` or
+/// `initial.v`.
+pub fn validate_initial(c: &ForwardConfig, got: &StateLens) -> Result<()> {
+    validate_config(c)?;
+    let want = c
+        .expected_lens(true)
+        .and_then(|l| l.states)
+        .ok_or_else(|| Error::invalid("seq_len", c.seq_len, "tensor sizes overflow usize"))?;
+    let names = ["initial.theta", "initial.ssm", "initial.k", "initial.v"];
+    check_state_lens(c, names, got, &want)
 }
 
 /// The geometry of `config` as the fixed-instantiation table spells it.
@@ -583,6 +615,73 @@ pub fn dispatch_paths_with_workspace(config: &ForwardConfig, sm_count: usize) ->
     }
 }
 
+/// Dynamic shared memory of the `chunked_forward` kernel for `config` on `gpu`, and whether its
+/// staging region (raw q, k, v of the next chunk) fits beside the kernel's own regions (without
+/// it the kernel reads those inputs from global memory directly).
+pub(crate) fn chunked_shared_memory(gpu: &Gpu, config: &ForwardConfig) -> Result<(u32, bool)> {
+    let chunked = chunked_kernel_for(config)
+        .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
+    let base_smem = config.shared_memory_bytes();
+    let stage = forward_stage_bytes(
+        config.rank as u64,
+        config.state_dim as u64,
+        config.head_dim as u64,
+        config.chunk_size as u64,
+        config.dtype.bytes() as u64,
+    );
+    let with_stage = base_smem.saturating_add(stage);
+    let staged = with_stage <= gpu.max_shared_memory_optin() as u64;
+    let smem = if staged { with_stage } else { base_smem };
+    let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
+        kernel: chunked.symbol(),
+        needed: usize::try_from(smem).unwrap_or(usize::MAX),
+        max: gpu.max_shared_memory_optin(),
+    })?;
+    Ok((smem, staged))
+}
+
+/// The forward kernel, its segment-state pass and the launch shape for a call of `config` in
+/// `segments` segments whose pointers are in `params`; `smem` from [`chunked_shared_memory`].
+/// The tensor-core kernel runs where [`tensor_core_kernels`] has one, q, k, v, z and the initial
+/// k̂ are 16-byte aligned (its `cp.async` row copies), the SSM state tiles (initial, final,
+/// hand-off) 8-byte aligned (it moves them in column pairs), and the GPU's opt-in limit holds its
+/// shared memory (not on sm_86 and sm_89: 99 KB).
+pub(crate) fn launch_plan(
+    gpu: &Gpu,
+    config: &ForwardConfig,
+    params: &ForwardParams,
+    segments: usize,
+    smem: u32,
+) -> Result<(Kernel, Kernel, LaunchConfig)> {
+    let unsupported = || Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8");
+    let chunked = chunked_kernel_for(config).ok_or_else(unsupported)?;
+    let chunked_segment_state = chunked_segment_state_kernel_for(config).ok_or_else(unsupported)?;
+    let cfg = LaunchConfig {
+        grid_dim: (config.heads as u32, (config.batch * segments) as u32, 1),
+        block_dim: (FORWARD_THREADS, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    let aligned = [params.q, params.k, params.v, params.z, params.init_k]
+        .iter()
+        .all(|p| p.is_multiple_of(16))
+        && [params.final_ssm, params.init_ssm, params.seg_state]
+            .iter()
+            .all(|p| p.is_multiple_of(8));
+    let fits = forward_mma_smem::BYTES as usize <= gpu.max_shared_memory_optin();
+    Ok(match tensor_core_kernels(config) {
+        Some((tc, tc_segment_state)) if aligned && fits => (
+            tc,
+            tc_segment_state,
+            LaunchConfig {
+                block_dim: (FORWARD_MMA_THREADS, 1, 1),
+                shared_mem_bytes: forward_mma_smem::BYTES,
+                ..cfg
+            },
+        ),
+        _ => (chunked, chunked_segment_state, cfg),
+    })
+}
+
 /// The inputs of one call, as device views (`T`: the activation type). Views of a
 /// [`CudaSlice`] come from `slice.as_view()` or `slice.slice(range)`.
 pub struct ForwardInputs<'a, T> {
@@ -630,6 +729,20 @@ pub struct FinalStatesMut<'a, T> {
     pub v: CudaViewMut<'a, T>,
 }
 
+/// The state a forward starts from instead of zero ([`forward_from_states`]), in the final-state
+/// layouts: e.g. the final states of a forward over the sequence's earlier tokens, or a decode
+/// state's buffers.
+pub struct InitialStates<'a, T> {
+    /// θ (B,H,Na), f32 (any real; a final state's is in [0, 2π)).
+    pub theta: CudaView<'a, f32>,
+    /// SSM state (B,H,P,N), f32.
+    pub ssm: CudaView<'a, f32>,
+    /// Rotated, biased k̂ of the token before the first (B,R,H,N).
+    pub k: CudaView<'a, T>,
+    /// Raw v of the token before the first (B,H,P).
+    pub v: CudaView<'a, T>,
+}
+
 /// Final states allocated by [`forward_alloc`].
 pub struct FinalStates<T> {
     /// θ (B,H,Na), f32 in [0, 2π).
@@ -669,11 +782,11 @@ impl<'a, T> ForwardInputs<'a, T> {
 
 /// Launch argument: the params struct by value.
 #[repr(transparent)]
-struct Args(ForwardParams);
+pub(crate) struct ForwardArgs(pub(crate) ForwardParams);
 
 // SAFETY: `ForwardParams` is `#[repr(C)]` plain data (u64, u32, f32 fields), the layout the
 // kernel declares for its single parameter.
-unsafe impl DeviceRepr for Args {}
+unsafe impl DeviceRepr for ForwardArgs {}
 
 /// Launch argument of the combine pass.
 #[repr(transparent)]
@@ -716,7 +829,7 @@ pub fn forward<T: Activation>(
     out: &mut CudaViewMut<'_, T>,
     states: Option<&mut FinalStatesMut<'_, T>>,
 ) -> Result<()> {
-    forward_impl(gpu, stream, config, inputs, out, states, None)
+    forward_impl(gpu, stream, config, inputs, out, states, None, None)
 }
 
 /// [`forward`] with the sequence split into [`sequence_segments`] segments when B·H leaves SMs
@@ -736,9 +849,51 @@ pub fn forward_with_workspace<T: Activation>(
     states: Option<&mut FinalStatesMut<'_, T>>,
     workspace: &mut CudaViewMut<'_, f32>,
 ) -> Result<()> {
-    forward_impl(gpu, stream, config, inputs, out, states, Some(workspace))
+    forward_impl(
+        gpu,
+        stream,
+        config,
+        inputs,
+        out,
+        states,
+        Some(workspace),
+        None,
+    )
 }
 
+/// [`forward`] (or, with a `workspace`, [`forward_with_workspace`]) continuing a sequence from
+/// `initial` instead of a zero state: the outputs and final states are those of a forward over
+/// the earlier tokens and these together (chunked prefill in pieces, or a prompt appended to a
+/// decode state). The first token's trapezoidal term uses `initial.k` and `initial.v`. Never
+/// allocates and never synchronizes.
+///
+/// Errors: those of [`forward`] and [`forward_with_workspace`], and [`Error::InvalidArgument`]
+/// naming `initial.theta`, `initial.ssm`, `initial.k` or `initial.v` for a wrong length, or an
+/// output that overlaps one of them.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_from_states<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    initial: &InitialStates<'_, T>,
+    inputs: &ForwardInputs<'_, T>,
+    out: &mut CudaViewMut<'_, T>,
+    states: Option<&mut FinalStatesMut<'_, T>>,
+    workspace: Option<&mut CudaViewMut<'_, f32>>,
+) -> Result<()> {
+    forward_impl(
+        gpu,
+        stream,
+        config,
+        inputs,
+        out,
+        states,
+        workspace,
+        Some(initial),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
 fn forward_impl<T: Activation>(
     gpu: &Gpu,
     stream: &CudaStream,
@@ -747,6 +902,7 @@ fn forward_impl<T: Activation>(
     out: &mut CudaViewMut<'_, T>,
     states: Option<&mut FinalStatesMut<'_, T>>,
     workspace: Option<&mut CudaViewMut<'_, f32>>,
+    initial: Option<&InitialStates<'_, T>>,
 ) -> Result<()> {
     if T::DTYPE != config.dtype {
         return Err(Error::invalid(
@@ -762,26 +918,16 @@ fn forward_impl<T: Activation>(
         v: s.v.len(),
     });
     validate(config, &inputs.lens(out.len(), state_lens))?;
-    let chunked = chunked_kernel_for(config)
-        .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
-    // The staging region (raw q, k, v of the next chunk) is used whenever it fits beside the
-    // kernel's own regions; without it the kernel reads those inputs from global memory directly.
-    let base_smem = config.shared_memory_bytes();
-    let stage = forward_stage_bytes(
-        config.rank as u64,
-        config.state_dim as u64,
-        config.head_dim as u64,
-        config.chunk_size as u64,
-        std::mem::size_of::<T>() as u64,
-    );
-    let with_stage = base_smem.saturating_add(stage);
-    let staged = with_stage <= gpu.max_shared_memory_optin() as u64;
-    let smem = if staged { with_stage } else { base_smem };
-    let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
-        kernel: chunked.symbol(),
-        needed: usize::try_from(smem).unwrap_or(usize::MAX),
-        max: gpu.max_shared_memory_optin(),
-    })?;
+    if let Some(init) = initial {
+        let lens = StateLens {
+            theta: init.theta.len(),
+            ssm: init.ssm.len(),
+            k: init.k.len(),
+            v: init.v.len(),
+        };
+        validate_initial(config, &lens)?;
+    }
+    let (smem, staged) = chunked_shared_memory(gpu, config)?;
 
     let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(24);
     let mut inputs_ranges: Vec<Range> = Vec::with_capacity(20);
@@ -835,6 +981,12 @@ fn forward_impl<T: Activation>(
         ..ForwardParams::default()
     };
     let mut params = params;
+    if let Some(init) = initial {
+        params.init_theta = ptr!(&init.theta, "initial.theta", 4);
+        params.init_ssm = ptr!(&init.ssm, "initial.ssm", 4);
+        params.init_k = ptr!(&init.k, "initial.k", esz);
+        params.init_v = ptr!(&init.v, "initial.v", esz);
+    }
     let mut outputs: Vec<Range> = Vec::with_capacity(5);
     let out_len = out.len() as u64;
     let (p_out, g_out) = out.device_ptr_mut(stream);
@@ -895,32 +1047,8 @@ fn forward_impl<T: Activation>(
     let all: Vec<Range> = inputs_ranges.iter().chain(&outputs).copied().collect();
     overlap_check(&outputs, &all)?;
 
-    let cfg = LaunchConfig {
-        grid_dim: (config.heads as u32, (config.batch * segments) as u32, 1),
-        block_dim: (FORWARD_THREADS, 1, 1),
-        shared_mem_bytes: smem,
-    };
-    // The tensor-core kernel copies q, k, v and z rows with 16-byte `cp.async`, and needs more
-    // shared memory than some GPUs' opt-in limit (sm_86 and sm_89: 99 KB).
-    let aligned = [params.q, params.k, params.v, params.z]
-        .iter()
-        .all(|p| p.is_multiple_of(16));
-    let fits = forward_mma_smem::BYTES as usize <= gpu.max_shared_memory_optin();
-    let chunked_segment_state = chunked_segment_state_kernel_for(config)
-        .ok_or_else(|| Error::invalid("rank", config.rank, "must be 1, 2, 4 or 8"))?;
-    let (kernel, segment_state, cfg) = match tensor_core_kernels(config) {
-        Some((tc, tc_segment_state)) if aligned && fits => (
-            tc,
-            tc_segment_state,
-            LaunchConfig {
-                block_dim: (FORWARD_MMA_THREADS, 1, 1),
-                shared_mem_bytes: forward_mma_smem::BYTES,
-                ..cfg
-            },
-        ),
-        _ => (chunked, chunked_segment_state, cfg),
-    };
-    let args = Args(params);
+    let (kernel, segment_state, cfg) = launch_plan(gpu, config, &params, segments, smem)?;
+    let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {
             let mut launch = gpu.launch(stream, segment_state)?;

@@ -1605,6 +1605,52 @@ unsafe fn load_segment_start(prm: &ForwardParams, cx: &Ctx, slot: usize) {
     }
 }
 
+/// Starts the block from the caller's initial state ([`ForwardParams::init_theta`] and the three
+/// pointers after it): `h₀ + ε₀·Σ_r (v₀·mimo_v_r) k̂₀_rᵀ` into the state region, where
+/// `ε₀ = Δ₀(1 − σ(trap₀))` is the trapezoidal weight of the token before the first (the chunked
+/// keys carry it one token ahead, and no key of this call precedes token 0), and θ₀ into the
+/// angle carries; padding columns and rows of the state stay zero.
+#[inline(always)]
+unsafe fn load_initial_state<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx) {
+    let lay = &cx.lay;
+    let (n, p) = (cx.n as usize, cx.p as usize);
+    let bh = cx.b * cx.heads + cx.h;
+    // SAFETY (whole body): indices inside the initial-state tensors and the (B,H,S) token
+    // scalars of the launch contract, and the state / θ regions of the layout.
+    unsafe {
+        let eps = ldg(prm.dt, bh * cx.s_len) * sigmoid_rcp(-X::load(prm.trap, bh * cx.s_len));
+        let mut e = cx.tid;
+        while e < lay.p4 * lay.n_stride {
+            let pp = e / lay.n_stride;
+            let nn = e - pp * lay.n_stride;
+            let v = if pp < cx.p && nn < cx.n {
+                let (pp, nn) = (pp as usize, nn as usize);
+                let v0 = eps * X::load(prm.init_v, bh * p + pp);
+                let mut v = ldg(prm.init_ssm, (bh * p + pp) * n + nn);
+                for r in 0..R {
+                    let w = v0 * ldg(prm.mimo_v, (cx.h * R + r) * p + pp);
+                    v = fma_rn(
+                        w,
+                        X::load(prm.init_k, ((cx.b * R + r) * cx.heads + cx.h) * n + nn),
+                        v,
+                    );
+                }
+                v
+            } else {
+                0.0
+            };
+            st_shared_f32(cx.sm(lay.state, e), v);
+            e += T;
+        }
+        let mut j = cx.tid;
+        while j < cx.na {
+            let theta = ldg(prm.init_theta, bh * cx.na as usize + j as usize) as f64;
+            st_shared_f64(cx.sm(lay.theta, 2 * j), theta);
+            j += T;
+        }
+    }
+}
+
 /// Writes this block's segment end state, angle total and decay into hand-off slot `slot` (the
 /// segment-state pass).
 #[inline(always)]
@@ -1711,6 +1757,10 @@ pub unsafe fn chunked_forward_pass<
         }
         if !STATES_ONLY && seg > 0 {
             load_segment_start(prm, &cx, seg - 1);
+        } else if seg == 0 && prm.init_ssm != 0 {
+            // Both passes: the segment-state pass's slot 0 then holds the true end state of
+            // segment 0 and its absolute angle, which the combine pass takes as they are.
+            load_initial_state::<X, R>(prm, &cx);
         } else {
             // Zero state and angle carries.
             let mut e = cx.tid;

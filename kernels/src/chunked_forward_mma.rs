@@ -39,9 +39,11 @@
 //! # Launch contract
 //! Grid `(H, B·K)` (K segments, see [`ForwardParams::segments`]), block [`FORWARD_MMA_THREADS`],
 //! dynamic shared memory [`forward_mma_smem::BYTES`]; the geometry above with bf16 activations;
-//! q, k, v and z (when present) 16-byte aligned; every pointer of [`ForwardParams`] valid for its
-//! documented shape (the host validates). Segments other than the first start from the hand-off
-//! slots that the segment-state and combine passes of `chunked_forward` wrote.
+//! q, k, v, z and the initial k̂ (when present) 16-byte aligned, the initial, final and hand-off
+//! SSM states 8-byte aligned; every pointer of [`ForwardParams`] valid for its documented shape
+//! (the host validates). Segments other than the first start from the hand-off slots that the
+//! segment-state and combine passes of `chunked_forward` wrote; the first from the initial state
+//! when [`ForwardParams::init_ssm`] is set.
 
 use mamba3_abi::{
     forward_mma_smem as L, output_mode, rotation, ForwardParams, FORWARD_MMA_THREADS,
@@ -50,9 +52,9 @@ use mamba3_abi::{
 use crate::angles::{
     angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32, wrap_two_pi_f64,
 };
-use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
-use crate::arch::float::{pack_bf16x2, sincos_approx};
-use crate::arch::global::st_global_u32;
+use crate::arch::cp_async::{commit_group, cp_async_cg_16, cp_async_cg_16_zfill, wait_group};
+use crate::arch::float::{fma_rn, pack_bf16x2, sincos_approx};
+use crate::arch::global::{ld_global_v2_f32, st_global_u32, st_global_v2_f32};
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
@@ -825,6 +827,108 @@ fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
     (p * N + n) as usize
 }
 
+/// The block's state accumulators from the `(P,N)` f32 tile at element `at` of `base`, a pair
+/// of columns per 8-byte load (the tile and `base` 8-byte aligned: launch contract).
+#[inline(always)]
+unsafe fn load_state_tile(bk: &Blk, base: u64, at: usize) -> [[f32; 4]; 16] {
+    let mut state = [[0.0f32; 4]; 16];
+    for (nt, st) in state.iter_mut().enumerate() {
+        for pair in 0..2 {
+            let e = at + state_index(bk.warp, bk.lane, nt, 2 * pair);
+            // SAFETY: inside the tile (launch contract); `e` is even.
+            let [x, y] = unsafe { ld_global_v2_f32(base + 4 * e as u64) };
+            st[2 * pair] = x;
+            st[2 * pair + 1] = y;
+        }
+    }
+    state
+}
+
+/// Stores the state accumulators into the `(P,N)` f32 tile at element `at` of `base` (see
+/// [`load_state_tile`]).
+#[inline(always)]
+unsafe fn store_state_tile(bk: &Blk, base: u64, at: usize, state: &[[f32; 4]; 16]) {
+    for (nt, st) in state.iter().enumerate() {
+        for pair in 0..2 {
+            let e = at + state_index(bk.warp, bk.lane, nt, 2 * pair);
+            // SAFETY: inside the tile (launch contract); `e` is even.
+            unsafe { st_global_v2_f32(base + 4 * e as u64, [st[2 * pair], st[2 * pair + 1]]) };
+        }
+    }
+}
+
+/// Copies k̂₀ of the caller's initial state (`(R,N)` bf16 of this (b, h), 1 KB) into the score
+/// weight region, which is free until the first chunk's weights (a `cp.async` per thread of the
+/// first four warps; [`add_initial_trapezoid`] reads it after the first barrier).
+#[inline(always)]
+unsafe fn stage_initial_k(prm: &ForwardParams, bk: &Blk) {
+    if bk.tid < R * N / 8 {
+        let (r, chunk) = (bk.tid / 16, bk.tid % 16);
+        let src =
+            ((bk.b * R as usize + r as usize) * bk.heads + bk.h) * N as usize + 8 * chunk as usize;
+        // SAFETY: R·N bf16 fill the 1 KB WT region; `init_k` is 16-byte aligned and each rank's
+        // row of N = 128 bf16 is 256 bytes (launch contract).
+        unsafe {
+            cp_async_cg_16(
+                bk.base + L::WT + 16 * bk.tid,
+                (prm.init_k + 2 * src as u64) as *const u8,
+            )
+        };
+    }
+}
+
+/// Starts the block from the caller's initial state ([`ForwardParams::init_theta`] and the three
+/// pointers after it): h₀ into the state accumulators and θ₀ into THETA. Returns the weights
+/// `ε₀·v₀[p]·mimo_v_r[p]` of this thread's two state rows, where `ε₀ = Δ₀(1 − σ(trap₀))` is the
+/// trapezoidal weight of the token before the first (the chunked keys carry it one token ahead,
+/// and no key of this call precedes token 0); [`add_initial_trapezoid`] adds that term.
+#[inline(always)]
+unsafe fn load_initial_state(
+    prm: &ForwardParams,
+    bk: &Blk,
+    state: &mut [[f32; 4]; 16],
+) -> [[f32; R as usize]; 2] {
+    let bh = bk.b * bk.heads + bk.h;
+    // SAFETY (whole body): indices inside the initial-state tensors and the (B,H,S) token
+    // scalars of the launch contract, and the THETA region.
+    unsafe {
+        *state = load_state_tile(bk, prm.init_ssm, bh * (P * N) as usize);
+        let eps = ldg(prm.dt, bk.row) * sigmoid_rcp(-Bf16::load(prm.trap, bk.row));
+        let p0 = 16 * bk.warp + bk.lane / 4;
+        let mut u = [[0.0f32; R as usize]; 2];
+        for (i, ur) in u.iter_mut().enumerate() {
+            let p = (p0 + 8 * i as u32) as usize;
+            let v0 = eps * Bf16::load(prm.init_v, bh * P as usize + p);
+            for (r, x) in ur.iter_mut().enumerate() {
+                *x = v0 * ldg(prm.mimo_v, (bk.h * R as usize + r) * P as usize + p);
+            }
+        }
+        if bk.tid < NA {
+            let theta = ldg(prm.init_theta, bh * NA as usize + bk.tid as usize) as f64;
+            st_shared_f64(bk.base + L::THETA + 8 * bk.tid, theta);
+        }
+        u
+    }
+}
+
+/// Adds the trapezoidal term `Σ_r u_r[p]·k̂₀_r[n]` of the token before the first to the state
+/// (`u` from [`load_initial_state`], k̂₀ staged by [`stage_initial_k`]; after the first barrier).
+#[inline(always)]
+unsafe fn add_initial_trapezoid(bk: &Blk, u: &[[f32; R as usize]; 2], state: &mut [[f32; 4]; 16]) {
+    for (nt, st) in state.iter_mut().enumerate() {
+        let n = 8 * nt as u32 + 2 * (bk.lane % 4);
+        for r in 0..R {
+            // SAFETY: inside the WT region, which holds k̂₀ until the first chunk's weights.
+            let (k0, k1) = unpack(unsafe { ld_shared_u32(bk.base + L::WT + 2 * (r * N + n)) });
+            let r = r as usize;
+            st[0] = fma_rn(u[0][r], k0, st[0]);
+            st[1] = fma_rn(u[0][r], k1, st[1]);
+            st[2] = fma_rn(u[1][r], k0, st[2]);
+            st[3] = fma_rn(u[1][r], k1, st[3]);
+        }
+    }
+}
+
 /// Final θ, SSM state, last k̂ and last raw v (the block that ends at S).
 #[inline(always)]
 unsafe fn write_final_states(prm: &ForwardParams, bk: &Blk, last_len: u32, state: &[[f32; 4]; 16]) {
@@ -837,12 +941,7 @@ unsafe fn write_final_states(prm: &ForwardParams, bk: &Blk, last_len: u32, state
             stg(prm.final_theta, bh * NA as usize + bk.tid as usize, th);
         }
         if prm.final_ssm != 0 {
-            for (nt, st) in state.iter().enumerate() {
-                for (s, v) in st.iter().enumerate() {
-                    let at = bh * (P * N) as usize + state_index(bk.warp, bk.lane, nt, s);
-                    stg(prm.final_ssm, at, *v);
-                }
-            }
+            store_state_tile(bk, prm.final_ssm, bh * (P * N) as usize, state);
         }
         if prm.final_k != 0 {
             let mut e = bk.tid;
@@ -881,12 +980,7 @@ unsafe fn store_segment_end(
 ) {
     // SAFETY (whole body): slot < (B,H,K−1) slots of the hand-off buffers of the launch contract.
     unsafe {
-        for (nt, st) in state.iter().enumerate() {
-            for (s, v) in st.iter().enumerate() {
-                let at = slot * (P * N) as usize + state_index(bk.warp, bk.lane, nt, s);
-                stg(prm.seg_state, at, *v);
-            }
-        }
+        store_state_tile(bk, prm.seg_state, slot * (P * N) as usize, state);
         if bk.tid < NA {
             let at = 2 * (slot * NA as usize + bk.tid as usize);
             let (hi, lo) = split_f64(ld_shared_f64(bk.base + L::THETA + 8 * bk.tid));
@@ -955,29 +1049,35 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
         if t_begin < t_end {
             stage_chunk::<STATES_ONLY>(prm, &bk, t_begin, (t_end - t_begin).min(C), 0);
         }
+        // Both passes start segment 0 from the initial state when there is one: the
+        // segment-state pass's slot 0 then holds the true end state of segment 0 and its
+        // absolute angle, which the combine pass takes as they are.
+        let init = seg == 0 && prm.init_ssm != 0;
+        if init {
+            stage_initial_k(prm, &bk);
+        }
         commit_group();
         let mut pf = prefetch(prm, &bk, t_begin, (t_end - t_begin).min(C));
+        let mut init_weights = [[0.0f32; R as usize]; 2];
         if !STATES_ONLY && seg > 0 {
             let slots = segments - 1;
             let slot = (b * heads + h) * slots + seg - 1;
-            for (nt, st) in state.iter_mut().enumerate() {
-                for (s, v) in st.iter_mut().enumerate() {
-                    *v = ldg(
-                        prm.seg_state,
-                        slot * (P * N) as usize + state_index(bk.warp, bk.lane, nt, s),
-                    );
-                }
-            }
+            state = load_state_tile(&bk, prm.seg_state, slot * (P * N) as usize);
             if tid < NA {
                 let at = 2 * (slot * NA as usize + tid as usize);
                 let theta = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
                 st_shared_f64(bk.base + L::THETA + 8 * tid, theta);
             }
+        } else if init {
+            init_weights = load_initial_state(prm, &bk, &mut state);
         } else if tid < NA {
             st_shared_f64(bk.base + L::THETA + 8 * tid, 0.0);
         }
         wait_group::<0>();
         sync_threads();
+        if init {
+            add_initial_trapezoid(&bk, &init_weights, &mut state);
+        }
 
         // Phase S1 of chunk c+1 runs at the end of chunk c, beside the state pass, so its f64
         // work fills the slots the tensor-core phase leaves idle and saves a barrier.

@@ -390,6 +390,20 @@ pub mod arch {
             check_global(addr, 0, 16, true);
             unsafe { (addr as *mut [f32; 4]).write(v) }
         }
+        pub unsafe fn ld_global_v2_f32(addr: u64) -> [f32; 2] {
+            if !addr.is_multiple_of(8) {
+                super::super::fail(format!("unaligned 8-byte global load at {addr:#x}"));
+            }
+            check_global(addr, 0, 8, false);
+            unsafe { (addr as *const [f32; 2]).read() }
+        }
+        pub unsafe fn st_global_v2_f32(addr: u64, v: [f32; 2]) {
+            if !addr.is_multiple_of(8) {
+                super::super::fail(format!("unaligned 8-byte global store at {addr:#x}"));
+            }
+            check_global(addr, 0, 8, true);
+            unsafe { (addr as *mut [f32; 2]).write(v) }
+        }
         pub unsafe fn st_global_f32(addr: u64, v: f32) {
             check_global(addr, 0, 4, true);
             unsafe { (addr as *mut f32).write(v) }

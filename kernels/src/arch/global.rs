@@ -61,6 +61,34 @@ pub unsafe fn ld_global_v2_u32(addr: u64) -> [u32; 2] {
     [a, b]
 }
 
+/// `ld.global.v2.f32` (PTX ISA §9.7.9.8): 8 bytes into two registers.
+///
+/// # Safety
+/// `addr` is an 8-byte aligned global address of two readable f32.
+#[inline(always)]
+pub unsafe fn ld_global_v2_f32(addr: u64) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    // SAFETY: the caller guarantees the address and its alignment.
+    unsafe {
+        asm!("ld.global.v2.f32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr,
+             options(nostack, readonly))
+    };
+    [a, b]
+}
+
+/// `st.global.v2.f32` (PTX ISA §9.7.9.10): two registers to 8 bytes.
+///
+/// # Safety
+/// `addr` is an 8-byte aligned global address of two writable f32.
+#[inline(always)]
+pub unsafe fn st_global_v2_f32(addr: u64, v: [f32; 2]) {
+    // SAFETY: the caller guarantees the address and its alignment.
+    unsafe {
+        asm!("st.global.v2.f32 [{p}], {{{a}, {b}}};", p = in(reg64) addr, a = in(reg32) v[0], b = in(reg32) v[1],
+             options(nostack))
+    };
+}
+
 /// `st.global.v4.f32` (PTX ISA §9.7.9.10): four registers to 16 bytes.
 ///
 /// # Safety
