@@ -134,8 +134,41 @@ const UPSTREAM_DECODE_US: [(usize, f64); 6] = [
 /// Decode at H=64, P=64, N=128, R=4, G=1, Na=32, bf16 activations, f32 state, z, D and mimo_o:
 /// eager and graph-replayed, T ∈ {1, 8}, rotating through more than 100 MB of state copies so
 /// the 60 MB L2 cannot hold them.
+/// Graph-replayed µs per call of the smallest launch there is (the `sincos` primitive on 32
+/// values, one block), timed like the decode table: the floor under its per-call figures.
+fn graph_replay_floor_us(gpu: &Gpu, stream: &Arc<CudaStream>) -> f64 {
+    use mamba3::cuda::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let x = device_buffer(stream, 32, 0.5);
+    let (mut sin, mut cos) = (
+        device_buffer(stream, 32, 0.0),
+        device_buffer(stream, 32, 0.0),
+    );
+    let ctx = stream.context();
+    let tracking = ctx.is_event_tracking();
+    // SAFETY: only this capture runs while tracking is off (see `DecodeGraph`); restored below.
+    unsafe { ctx.disable_event_tracking() };
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("beginning a capture");
+    primitives::launch_sincos(gpu, stream, &x, &mut sin, &mut cos).expect("sincos launch");
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .expect("ending the capture")
+        .expect("a captured graph");
+    if tracking {
+        // SAFETY: restores the previous setting.
+        unsafe { ctx.enable_event_tracking() };
+    }
+    let calls = 1000;
+    time_batch_ms(gpu, stream, 5, calls, || {
+        for _ in 0..calls {
+            graph.launch().expect("graph replay");
+        }
+    }) * 1e3
+}
+
 fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
-    let (h, p, n, r, na) = (64usize, 64usize, 128usize, 4usize, 32usize);
+    let (h, p, n, r) = (64usize, 64usize, 128usize, 4usize);
     let mut rng = SplitMix64::new(7);
     let up = |v: Vec<f32>| stream.clone_htod(&v).expect("uploading weights");
     let q_bias = up(random_f32(&mut rng, h * r * n, -1.0, 1.0));
@@ -154,8 +187,33 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
         norm_weight: None,
     };
     println!(
+        "decode: graph replay of a one-block kernel (the floor of the graph µs column): {:.2} µs",
+        graph_replay_floor_us(gpu, stream)
+    );
+    bench_decode_dtype::<bf16>(gpu, stream, &weights, &[1, 8], &mut rng);
+    // f32 activations at T = 8: the chunked path runs `chunked_forward` (no tensor cores) there.
+    bench_decode_dtype::<f32>(gpu, stream, &weights, &[8], &mut rng);
+}
+
+/// The decode table for activations `X` over `token_counts` (see [`bench_decode`]); upstream's
+/// figures are for bf16 activations.
+fn bench_decode_dtype<X: Activation>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    weights: &DecodeWeights,
+    token_counts: &[usize],
+    rng: &mut SplitMix64,
+) {
+    let (h, p, n, r, na) = (64usize, 64usize, 128usize, 4usize, 32usize);
+    let up = |v: Vec<f32>| stream.clone_htod(&v).expect("uploading inputs");
+    let dtype = if X::DTYPE == Dtype::Bf16 {
+        "bf16"
+    } else {
+        "f32"
+    };
+    println!(
         "{:<26} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>8}",
-        "decode (bf16, H=64 P=64 N=128 R=4)",
+        format!("decode ({dtype}, H=64 P=64 N=128 R=4)"),
         "eager µs",
         "graph µs",
         "µs/token",
@@ -184,23 +242,23 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
         };
         let state_bytes = batch * h * p * n * 4;
         let copies = (120_000_000usize).div_ceil(state_bytes).max(1);
-        for tokens in [1usize, 8] {
-            let act = |len: usize, rng: &mut SplitMix64| -> CudaSlice<bf16> {
-                let v: Vec<bf16> = (0..len).map(|_| bf16::from_f64(rng.normal())).collect();
+        for &tokens in token_counts {
+            let act = |len: usize, rng: &mut SplitMix64| -> CudaSlice<X> {
+                let v: Vec<X> = (0..len).map(|_| X::from_f64(rng.normal())).collect();
                 stream.clone_htod(&v).expect("uploading inputs")
             };
             let (q, k) = (
-                act(batch * tokens * r * n, &mut rng),
-                act(batch * tokens * r * n, &mut rng),
+                act(batch * tokens * r * n, rng),
+                act(batch * tokens * r * n, rng),
             );
             let (v, z) = (
-                act(batch * tokens * h * p, &mut rng),
-                act(batch * tokens * h * p, &mut rng),
+                act(batch * tokens * h * p, rng),
+                act(batch * tokens * h * p, rng),
             );
-            let trap = act(batch * h * tokens, &mut rng);
-            let dt = up(random_f32(&mut rng, batch * h * tokens, 0.01, 0.1));
-            let adt = up(random_f32(&mut rng, batch * h * tokens, -0.1, -0.001));
-            let angles = up(random_f32(&mut rng, batch * tokens * h * na, -2.0, 2.0));
+            let trap = act(batch * h * tokens, rng);
+            let dt = up(random_f32(rng, batch * h * tokens, 0.01, 0.1));
+            let adt = up(random_f32(rng, batch * h * tokens, -0.1, -0.001));
+            let angles = up(random_f32(rng, batch * tokens * h * na, -2.0, 2.0));
             let inputs = DecodeInputs {
                 q: &q,
                 k: &k,
@@ -213,7 +271,7 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
             };
             // The automatic choice first, then the other kernels that can run the call.
             let sm = gpu.sm_count();
-            let auto = config.path(tokens, sm, gpu.max_shared_memory_optin());
+            let auto = config.path::<X>(tokens, sm, gpu.max_shared_memory_optin());
             let mut paths = vec![None];
             // Streaming also with twice and half the automatic rows per warp (its split is a
             // tuning choice: fewer, longer warps repeat the per-(b, h) prologue less often).
@@ -257,7 +315,7 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
             }
             for pinned in paths {
                 let path = pinned.unwrap_or(auto);
-                let mut states: Vec<DecodeState<bf16>> = (0..copies)
+                let mut states: Vec<DecodeState<X>> = (0..copies)
                     .map(|_| {
                         let mut state =
                             DecodeState::new(stream, config).expect("allocating states");
@@ -265,7 +323,7 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
                         state
                     })
                     .collect();
-                let mut outs: Vec<CudaSlice<bf16>> = (0..copies)
+                let mut outs: Vec<CudaSlice<X>> = (0..copies)
                     .map(|_| {
                         stream
                             .alloc_zeros(config.output_len(tokens))
@@ -274,15 +332,15 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
                     .collect();
                 let eager_ms = time_batch_ms(gpu, stream, 5, copies, || {
                     for (state, out) in states.iter_mut().zip(outs.iter_mut()) {
-                        decode::step_tokens(gpu, stream, state, &weights, &inputs, tokens, out)
+                        decode::step_tokens(gpu, stream, state, weights, &inputs, tokens, out)
                             .expect("decode launch");
                     }
                 });
                 drop(outs);
-                let mut graphs: Vec<DecodeGraph<bf16>> = states
+                let mut graphs: Vec<DecodeGraph<X>> = states
                     .into_iter()
                     .map(|state| {
-                        DecodeGraph::capture(gpu, stream, state, &weights, tokens)
+                        DecodeGraph::capture(gpu, stream, state, weights, tokens)
                             .expect("capturing the step")
                     })
                     .collect();
@@ -291,12 +349,12 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
                         graph.replay().expect("graph replay");
                     }
                 });
-                let bytes = config.min_bytes(tokens, 2) as f64;
+                let bytes = config.min_bytes(tokens, X::DTYPE.bytes()) as f64;
                 let per_token_us = graph_ms * 1e3 / tokens as f64;
-                let kernel = path.kernel::<bf16>(&config).map_or("?", |k| k.symbol());
+                let kernel = path.kernel::<X>(&config).map_or("?", |k| k.symbol());
                 println!(
                     "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11.1} {:>7.1}x   kernels: {kernel} {path:?}{}",
-                    format!("decode/bf16/B={batch}/T={tokens}"),
+                    format!("decode/{dtype}/B={batch}/T={tokens}"),
                     eager_ms * 1e3,
                     graph_ms * 1e3,
                     per_token_us,

@@ -5,7 +5,6 @@ use mamba3::decode::{
     DecodeConfig, DecodePath, CHUNKED_MIN_TOKENS, REGISTER_RESIDENT_MAX_SEQUENCE_HEADS,
     STREAMING_MIN_SEQUENCE_HEADS,
 };
-use mamba3::Dtype;
 use mamba3::{OutputMode, Rotation};
 use mamba3_abi::{DecodeRowsSmem, DecodeSmem};
 
@@ -174,7 +173,7 @@ fn one_token_at_many_sequence_heads_streams() {
     // The row split aims for 8 warps per SM (1056 on 132 SMs). Batch 256: 16384 warps of all
     // 64 rows.
     assert_eq!(
-        reference(256).path(1, 132, H200_SHARED_MEMORY),
+        reference(256).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Batch 4 (256 sequence-heads, pinned): 64 → 32 → 16 rows give 256 … 1024 warps; 8 rows
@@ -184,17 +183,17 @@ fn one_token_at_many_sequence_heads_streams() {
     assert_eq!(reference(2).streaming_rows_per_warp(132), 4);
     // Batch 8: 64 → 32 rows give 512, 1024 warps; 16 rows 2048.
     assert_eq!(
-        reference(8).path(1, 132, H200_SHARED_MEMORY),
+        reference(8).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 16 }
     );
     // Batch 16: 64 rows give 1024 warps; 32 rows 2048.
     assert_eq!(
-        reference(16).path(1, 132, H200_SHARED_MEMORY),
+        reference(16).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 32 }
     );
     // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps.
     assert_eq!(
-        reference(32).path(1, 132, H200_SHARED_MEMORY),
+        reference(32).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Fused norm, N above 128 or N not a multiple of 4: not streamable.
@@ -215,7 +214,7 @@ fn one_token_at_many_sequence_heads_streams() {
     ] {
         assert!(!c.streamable(1), "{c:?}");
         assert_eq!(
-            c.path(1, 132, H200_SHARED_MEMORY),
+            c.path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
             DecodePath::SharedTile,
             "{c:?}"
         );
@@ -249,54 +248,62 @@ fn pinned_paths_are_checked_against_the_call() {
         .is_err());
 }
 
-/// From [`CHUNKED_MIN_TOKENS`] tokens a call runs the chunked forward (tensor-core kernel in bf16
-/// at the benchmark geometry, `chunked_forward` otherwise) where its shared memory fits the GPU.
+/// From [`CHUNKED_MIN_TOKENS`] tokens a bf16 call at the tensor-core forward's geometry runs the
+/// chunked forward where the GPU holds its shared memory; f32 and other geometries (whose
+/// `chunked_forward` fallback is slower) keep the per-token kernels unless pinned.
 #[test]
 fn multi_token_calls_run_the_chunked_forward() {
+    use half::bf16;
     assert_eq!(CHUNKED_MIN_TOKENS, 4);
     for batch in [1, 8, 256] {
+        let c = reference(batch);
         assert_eq!(
-            reference(batch).path(4, 132, H200_SHARED_MEMORY),
+            c.path::<bf16>(4, 132, H200_SHARED_MEMORY),
             DecodePath::Chunked
         );
         assert_eq!(
-            reference(batch).path(16, 132, H200_SHARED_MEMORY),
+            c.path::<bf16>(16, 132, H200_SHARED_MEMORY),
             DecodePath::Chunked
         );
         assert_ne!(
-            reference(batch).path(3, 132, H200_SHARED_MEMORY),
+            c.path::<bf16>(3, 132, H200_SHARED_MEMORY),
             DecodePath::Chunked
         );
+        assert_ne!(
+            c.path::<f32>(8, 132, H200_SHARED_MEMORY),
+            DecodePath::Chunked
+        );
+        assert_ne!(
+            general(batch).path::<bf16>(8, 132, H200_SHARED_MEMORY),
+            DecodePath::Chunked
+        );
+        assert!(c.check_path(DecodePath::Chunked, 8).is_ok());
     }
     assert_eq!(
-        reference(256).dispatch_paths::<half::bf16>(8, H200_SHARED_MEMORY),
+        reference(256).dispatch_paths::<bf16>(8, H200_SHARED_MEMORY),
         ["forward_mma_bf16_r4_n128_p64_na32_c16"]
     );
     assert_eq!(
         reference(256).dispatch_paths::<f32>(8, H200_SHARED_MEMORY),
-        ["forward_fixed_f32_r4_n128_p64_na32_c16"]
+        ["decode_fixed_f32_r4_n128_p64_na32"]
+    );
+    // Pinned, the chunked path names the forward kernel that runs it.
+    assert_eq!(
+        DecodePath::Chunked
+            .kernel::<f32>(&reference(1))
+            .map(|k| k.symbol()),
+        Some("forward_fixed_f32_r4_n128_p64_na32_c16")
     );
     assert_eq!(
-        general(1).dispatch_paths::<half::bf16>(8, H200_SHARED_MEMORY),
-        ["forward_fma_bf16_r4"]
+        DecodePath::Chunked
+            .kernel::<bf16>(&general(1))
+            .map(|k| k.symbol()),
+        Some("forward_fma_bf16_r4")
     );
-    // The forward's shared memory bounds the choice: the benchmark geometry's `chunked_forward`
-    // at C = 16 exceeds 99 KiB, so an sm_86 GPU keeps the per-token kernels.
-    let needed = reference(1)
-        .forward_config(8, Dtype::F32)
-        .shared_memory_bytes();
-    assert!(needed > SM86_SHARED_MEMORY as u64, "{needed}");
-    assert!(!reference(1).chunked_fits(8, SM86_SHARED_MEMORY));
+    // The tensor-core kernel's 109 KB exceed an sm_86 GPU's 99 KB: the per-token kernels run.
+    assert!(!reference(1).prefers_chunked::<bf16>(8, SM86_SHARED_MEMORY));
     assert_eq!(
-        reference(1).path(8, 132, SM86_SHARED_MEMORY),
+        reference(1).path::<bf16>(8, 132, SM86_SHARED_MEMORY),
         DecodePath::RegisterResident { rows_per_warp: 2 }
     );
-    // A small geometry fits everywhere.
-    let small = DecodeConfig {
-        state_dim: 16,
-        head_dim: 8,
-        num_angles: 4,
-        ..reference(1)
-    };
-    assert_eq!(small.path(5, 132, SM86_SHARED_MEMORY), DecodePath::Chunked);
 }

@@ -497,6 +497,13 @@ fn tensor_core_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
     Kernel::forward_tensor_core(config.dtype, fixed_geometry(config))
 }
 
+/// Whether the forward of `config` has a tensor-core kernel ([`Kernel::forward_tensor_core`])
+/// whose shared memory fits a GPU with `max_shared_memory` bytes of opt-in shared memory per
+/// block (it then runs unless a view is misaligned, see [`kernel_for`]).
+pub fn tensor_core_fits(config: &ForwardConfig, max_shared_memory: usize) -> bool {
+    tensor_core_kernels(config).is_some() && forward_mma_smem::BYTES as usize <= max_shared_memory
+}
+
 /// The forward kernel for `config`: the tensor-core kernel for exactly its dtype and geometry
 /// when there is one ([`Kernel::forward_tensor_core`]; a call whose q, k, v or z view is not
 /// 16-byte aligned, or on a GPU whose shared-memory opt-in limit is below the kernel's 109 KB,

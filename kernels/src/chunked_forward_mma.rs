@@ -929,9 +929,16 @@ unsafe fn add_initial_trapezoid(bk: &Blk, u: &[[f32; R as usize]; 2], state: &mu
     }
 }
 
-/// Final θ, SSM state, last k̂ and last raw v (the block that ends at S).
+/// Final θ, SSM state, last k̂ and last raw v (the block that ends at S; `bank` is its last
+/// chunk's, whose raw v rows are still staged).
 #[inline(always)]
-unsafe fn write_final_states(prm: &ForwardParams, bk: &Blk, last_len: u32, state: &[[f32; 4]; 16]) {
+unsafe fn write_final_states(
+    prm: &ForwardParams,
+    bk: &Blk,
+    last_len: u32,
+    bank: u32,
+    state: &[[f32; 4]; 16],
+) {
     let bh = bk.b * bk.heads + bk.h;
     // SAFETY (whole body): indices inside the final-state tensors of the launch contract, the
     // THETA region and the k̂ tile.
@@ -960,10 +967,14 @@ unsafe fn write_final_states(prm: &ForwardParams, bk: &Blk, last_len: u32, state
             }
         }
         if prm.final_v != 0 && bk.tid < P {
-            let last = bk.b * bk.s_len + bk.s_len - 1;
-            let p = bk.tid as usize;
-            let v = Bf16::load(prm.v, (last * bk.heads + bk.h) * P as usize + p);
-            Bf16::store(prm.final_v, bh * P as usize + p, v);
+            let p = bk.tid;
+            let row = bk.base + L::BANK + bank * L::BANK_BYTES + (last_len - 1) * 128;
+            let (lo, hi) = unpack(ld_shared_u32(row + 4 * (p / 2)));
+            Bf16::store(
+                prm.final_v,
+                bh * P as usize + p as usize,
+                if p % 2 == 0 { lo } else { hi },
+            );
         }
     }
 }
@@ -1133,7 +1144,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
                 base: smem_base_fresh(),
                 ..bk
             };
-            write_final_states(prm, &bk, last_len, &state);
+            write_final_states(prm, &bk, last_len, bank ^ 1, &state);
         }
     }
 }

@@ -218,32 +218,41 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                     ];
                 }
             }
+            // Raw v (current and previous token) and z of this thread's (row, rank) item, loaded
+            // with the token's other inputs (one memory latency; `row_items ≤ 32·8 = THREADS`,
+            // so a thread has at most one item).
+            // v and z of a row go to shared memory at once (the loads land with the token's
+            // other inputs, which the next statements wait for anyway), so only the two values
+            // the row weights need stay in registers.
+            let (item_i, item_r) = (tid / r_count, tid % r_count);
+            let item_row = first_row + item_i;
+            let mut item_v = [0.0f32; 2];
+            if tid < row_items {
+                item_v[0] = X::load(prm.v, (token_hp + item_row) as usize);
+                item_v[1] = if t == 0 {
+                    X::load(prm.v_state, (bh * p + item_row) as usize)
+                } else {
+                    X::load(prm.v, (token_hp - heads * p + item_row) as usize)
+                };
+                if item_r == 0 {
+                    if has_z {
+                        st_shared_f32(at(sm, lay.z, item_i), X::load(prm.z, (token_hp + item_row) as usize));
+                    }
+                    st_shared_f32(at(sm, lay.v, item_i), item_v[0]);
+                }
+            }
             let alpha = exp(adt);
             let lambda = sigmoid(trap);
             let beta = (1.0 - lambda) * dt * alpha;
             let gamma = lambda * dt;
 
-            // --- Per-row weights of the block's rows; raw v and z of the current token ---
-            let mut item = tid;
-            while item < row_items {
-                let (i, r) = (item / r_count, item % r_count);
-                let row = first_row + i;
-                let vc = X::load(prm.v, (token_hp + row) as usize);
-                let vp = if t == 0 {
-                    X::load(prm.v_state, (bh * p + row) as usize)
-                } else {
-                    X::load(prm.v, (token_hp - heads * p + row) as usize)
-                };
-                if r == 0 {
-                    st_shared_f32(at(sm, lay.v, i), vc);
-                    if has_z {
-                        st_shared_f32(at(sm, lay.z, i), X::load(prm.z, (token_hp + row) as usize));
-                    }
-                }
-                let mv = ld_shared_f32(at(sm, p_mimo_v, item));
+            // --- Per-row weights of the block's rows ---
+            if tid < row_items {
+                let (i, r) = (item_i, item_r);
+                let [vc, vp] = item_v;
+                let mv = ld_shared_f32(at(sm, p_mimo_v, tid));
                 st_shared_f32(at(sm, lay.weights, i * w_stride + r), beta * vp * mv);
                 st_shared_f32(at(sm, lay.weights, i * w_stride + r_count + r), gamma * vc * mv);
-                item += THREADS;
             }
             // --- Angles: θ += π·tanh(logit)·Δ in [0, 2π) (f64 across the call), one sincos per angle ---
             if angle < na {
