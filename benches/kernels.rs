@@ -190,7 +190,8 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
         "decode: graph replay of a one-block kernel (the floor of the graph µs column): {:.2} µs",
         graph_replay_floor_us(gpu, stream)
     );
-    bench_decode_dtype::<bf16>(gpu, stream, &weights, &[1, 8], &mut rng);
+    // T = 3 and 4 locate the crossover to the chunked path (`decode::CHUNKED_MIN_TOKENS`).
+    bench_decode_dtype::<bf16>(gpu, stream, &weights, &[1, 3, 4, 8], &mut rng);
     // f32 activations at T = 8: the chunked path runs `chunked_forward` (no tensor cores) there.
     bench_decode_dtype::<f32>(gpu, stream, &weights, &[8], &mut rng);
 }

@@ -162,7 +162,7 @@ fn one_token_at_many_sequence_heads_streams() {
         ["decode_stream_f32_r4"]
     );
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(3, H200_SHARED_MEMORY),
+        reference(256).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // Few sequence-heads stay on the register-resident kernel whatever T.
@@ -254,11 +254,11 @@ fn pinned_paths_are_checked_against_the_call() {
 #[test]
 fn multi_token_calls_run_the_chunked_forward() {
     use half::bf16;
-    assert_eq!(CHUNKED_MIN_TOKENS, 4);
+    assert_eq!(CHUNKED_MIN_TOKENS, 3);
     for batch in [1, 8, 256] {
         let c = reference(batch);
         assert_eq!(
-            c.path::<bf16>(4, 132, H200_SHARED_MEMORY),
+            c.path::<bf16>(3, 132, H200_SHARED_MEMORY),
             DecodePath::Chunked
         );
         assert_eq!(
@@ -266,7 +266,7 @@ fn multi_token_calls_run_the_chunked_forward() {
             DecodePath::Chunked
         );
         assert_ne!(
-            c.path::<bf16>(3, 132, H200_SHARED_MEMORY),
+            c.path::<bf16>(2, 132, H200_SHARED_MEMORY),
             DecodePath::Chunked
         );
         assert_ne!(

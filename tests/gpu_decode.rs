@@ -293,7 +293,12 @@ fn decode_matches_golden_on_the_reference_geometry() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
     let mut worst = [Errors::default(); 2];
-    for (i, tokens) in [1usize, 8].into_iter().enumerate() {
+    // T = 8 pinned to the shared-tile kernel: automatically a bf16 call of 8 tokens at this
+    // geometry runs the chunked forward, which has a test of its own.
+    for (i, (tokens, path)) in [(1usize, None), (8, Some(DecodePath::SharedTile))]
+        .into_iter()
+        .enumerate()
+    {
         for mode in [
             OutputMode::Gated,
             OutputMode::FusedNorm,
@@ -304,6 +309,7 @@ fn decode_matches_golden_on_the_reference_geometry() {
                     tokens,
                     mode,
                     rotation,
+                    path,
                     ..REFERENCE
                 };
                 check_both(&gpu, &stream, case, 100 + i as u64, &mut worst);
@@ -661,10 +667,11 @@ fn gpu_forward_then_step_tokens_equals_longer_forward() {
 fn graph_replay_is_bitwise_equal_to_eager() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
-    // Batch 1 runs the register-resident kernel (rows split over blocks: the arrival counters
-    // must be back at zero for every replay), batch 4 the shared-memory kernel, batch 16 the
-    // streaming kernel at one token (rows split over four warps per (b, h), counters again).
-    // Last, the chunked path (the forward kernels, state advanced in place).
+    // Batch 1 at one token runs the register-resident kernel (rows split over blocks: the
+    // arrival counters must be back at zero for every replay), batch 4 at one token the
+    // shared-memory kernel, batch 16 the streaming kernel (rows split over four warps per (b, h),
+    // counters again); four tokens run the chunked forward (state advanced in place), the last
+    // case pinned to it.
     let chunked = Some(DecodePath::Chunked);
     for (batch, tokens, pin) in [
         (1, 1, None),

@@ -45,13 +45,14 @@ pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 /// the forward runs on the tensor cores, see [`DecodeConfig::prefers_chunked`]).
 ///
 /// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph-replayed µs per call): the chunked
-/// forward costs about the same for any T ≤ 16 (one chunk), 15 µs at B = 1 up to 1130 at B = 256,
-/// while the per-token kernels grow with T: at T = 8 the chunked call is faster at every batch
-/// (B = 1: 15.1 against 29.3; B = 8: 45 against 63; B = 64: 300 against 486; B = 256: 1129
-/// against 1727), at T = 1 slower (B = 1: 14.9 against 9.5; B = 256: 1102 against 354).
-/// Interpolating the per-token kernels linearly in T puts the crossover near T = 3 at B = 1 and
-/// T = 4–5 from B = 8 up.
-pub const CHUNKED_MIN_TOKENS: usize = 4;
+/// forward costs about the same for any T ≤ 16 (one chunk): 13.1 µs at B = 1 up to 860 at
+/// B = 256, while the per-token kernels grow with T. At T = 3 the chunked call is already faster
+/// (B = 1: 13.2 against 15.0 for the register-resident kernel; B = 8: 31.6 against 34.0 for the
+/// shared tile; B = 256: 862 against 918), at T = 8 by 1.5–2.2× (B = 1: 13.1 against 28.9;
+/// B = 256: 857 against 1727 for the shared tile), and at T = 1 it is slower (B = 1: 13.1
+/// against 9.3; B = 256: 862 against 351 streaming). T = 2 is left to the per-token kernels
+/// (interpolated: B = 1 about 12 against 13; B = 256 about 760 against 860).
+pub const CHUNKED_MIN_TOKENS: usize = 3;
 
 /// Chunk size of [`DecodePath::Chunked`]: the chunk of the fixed-geometry and tensor-core
 /// forward instantiations, so a call of up to 16 tokens is one chunk.
