@@ -8,6 +8,8 @@
 //! v `(H,P)` in the activation dtype.
 //!
 //! [`step_tokens`] is one kernel launch for `T ≥ 1` tokens: the state is read once and written once.
+//! From [`CHUNKED_MIN_TOKENS`] tokens (bf16 at the tensor-core forward's geometry) that launch is
+//! the chunked forward over the call's tokens started from the state ([`DecodePath::Chunked`]).
 //! Launches validate first, then neither allocate nor synchronize, so they can be captured.
 
 use std::marker::PhantomData;

@@ -301,7 +301,7 @@ impl Kernel {
     }
 
     /// The chunked-forward kernel and the segment-state kernel instantiated for exactly this
-    /// geometry, if any (see [`FIXED_FORWARD`]): loop bounds and shared-memory offsets are
+    /// geometry, if any (see the table `FIXED_FORWARD` in this module): loop bounds and shared-memory offsets are
     /// compile-time constants there, so they run fewer instructions than
     /// [`Kernel::forward_fma`]'s and [`Kernel::segment_state`]'s.
     pub fn forward_fixed(
@@ -321,7 +321,7 @@ impl Kernel {
     }
 
     /// The decode kernels (shared tile, register resident, streaming) instantiated for exactly
-    /// this geometry, if any (see [`FIXED_DECODE`]).
+    /// this geometry, if any (see the table `FIXED_DECODE` in this module).
     pub fn decode_fixed(dtype: crate::Dtype, geometry: FixedDecodeGeometry) -> Option<FixedDecode> {
         FIXED_DECODE
             .iter()
