@@ -288,17 +288,16 @@ fn check_both(gpu: &Gpu, stream: &Arc<CudaStream>, case: Case, seed: u64, worst:
     }
 }
 
-#[test]
-fn decode_matches_golden_on_the_reference_geometry() {
-    let gpu = gpu_or_skip!();
-    let stream = gpu.context().new_stream().unwrap();
+/// The reference geometry over every output mode and rotation, in both dtypes, for each
+/// (tokens, pinned path) of `runs` (seeds from `seed0`); returns the worst errors (f32, bf16).
+fn reference_grid(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    runs: &[(usize, Option<DecodePath>)],
+    seed0: u64,
+) -> [Errors; 2] {
     let mut worst = [Errors::default(); 2];
-    // T = 8 pinned to the shared-tile kernel: automatically a bf16 call of 8 tokens at this
-    // geometry runs the chunked forward, which has a test of its own.
-    for (i, (tokens, path)) in [(1usize, None), (8, Some(DecodePath::SharedTile))]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, &(tokens, path)) in runs.iter().enumerate() {
         for mode in [
             OutputMode::Gated,
             OutputMode::FusedNorm,
@@ -312,10 +311,21 @@ fn decode_matches_golden_on_the_reference_geometry() {
                     path,
                     ..REFERENCE
                 };
-                check_both(&gpu, &stream, case, 100 + i as u64, &mut worst);
+                check_both(gpu, stream, case, seed0 + i as u64, &mut worst);
             }
         }
     }
+    worst
+}
+
+#[test]
+fn decode_matches_golden_on_the_reference_geometry() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    // T = 8 pinned to the shared-tile kernel: automatically a bf16 call of 8 tokens at this
+    // geometry runs the chunked forward, which has a test of its own.
+    let runs = [(1, None), (8, Some(DecodePath::SharedTile))];
+    let worst = reference_grid(&gpu, &stream, &runs, 100);
     eprintln!(
         "decode H=64 P=64 N=128 R=4: worst f32 {:?}, worst bf16 {:?}",
         worst[0], worst[1]
@@ -329,25 +339,13 @@ fn decode_matches_golden_on_the_reference_geometry() {
 fn chunked_decode_matches_golden_on_the_reference_geometry() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
-    let mut worst = [Errors::default(); 2];
-    for (i, tokens) in [1usize, 8, 19].into_iter().enumerate() {
-        for mode in [
-            OutputMode::Gated,
-            OutputMode::FusedNorm,
-            OutputMode::Prereduce,
-        ] {
-            for rotation in [Rotation::HalfSplit, Rotation::Pairwise] {
-                let case = Case {
-                    tokens,
-                    mode,
-                    rotation,
-                    path: Some(DecodePath::Chunked),
-                    ..REFERENCE
-                };
-                check_both(&gpu, &stream, case, 200 + i as u64, &mut worst);
-            }
-        }
-    }
+    let chunked = Some(DecodePath::Chunked);
+    let worst = reference_grid(
+        &gpu,
+        &stream,
+        &[(1, chunked), (8, chunked), (19, chunked)],
+        200,
+    );
     eprintln!(
         "chunked decode H=64 P=64 N=128 R=4: worst f32 {:?}, worst bf16 {:?}",
         worst[0], worst[1]

@@ -872,40 +872,15 @@ pub fn step_tokens<X: Activation>(
         stream,
         guards: Vec::with_capacity(21),
     };
-    let params = DecodeParams {
-        q: ptrs.read(inputs.q),
-        k: ptrs.read(inputs.k),
-        v: ptrs.read(inputs.v),
-        z: ptrs.read_opt(inputs.z),
-        trap: ptrs.read(inputs.trap),
-        dt: ptrs.read(inputs.dt),
-        adt: ptrs.read(inputs.adt),
-        angles: ptrs.read(inputs.angles),
-        q_bias: ptrs.read(weights.q_bias),
-        k_bias: ptrs.read(weights.k_bias),
-        mimo_v: ptrs.read(weights.mimo_v),
-        mimo_z: ptrs.read_opt(weights.mimo_z),
-        mimo_o: ptrs.read_opt(weights.mimo_o),
-        d: ptrs.read_opt(weights.d),
-        norm_weight: ptrs.read_opt(weights.norm_weight),
-        theta: ptrs.write(&mut state.theta),
-        ssm: ptrs.write(&mut state.ssm),
-        k_state: ptrs.write(&mut state.k),
-        v_state: ptrs.write(&mut state.v),
-        out: ptrs.write(out),
-        arrivals: ptrs.write(&mut state.arrivals),
-        batch: c.batch as u32,
-        tokens: tokens as u32,
-        heads: c.heads as u32,
-        groups: c.groups as u32,
-        n: c.state_dim as u32,
-        p: c.head_dim as u32,
-        na: c.num_angles as u32,
-        mode: c.mode.code(),
-        rotation: c.rotation.code(),
-        norm_eps: c.norm_eps,
+    let params = decode_params(
+        &mut ptrs,
+        state,
+        weights,
+        inputs,
+        out,
+        tokens,
         rows_per_warp,
-    };
+    );
     let (r, n, p) = (c.rank as u32, c.state_dim as u32, c.head_dim as u32);
     let cfg = match path {
         DecodePath::SharedTile => LaunchConfig {
@@ -946,26 +921,19 @@ pub fn step_tokens<X: Activation>(
     launched
 }
 
-/// [`step_tokens`] on [`DecodePath::Chunked`] (everything validated): one forward launch over the
-/// T tokens, from the state and back into it.
-fn step_chunked<X: Activation>(
-    gpu: &Gpu,
-    stream: &CudaStream,
-    state: &mut DecodeState<X>,
-    weights: &DecodeWeights,
-    inputs: &DecodeInputs<X>,
+/// The decode kernels' parameters of a call over `tokens` tokens (addresses through `ptrs`, whose
+/// guards must live until the launch is enqueued).
+fn decode_params<'p, X: Activation>(
+    ptrs: &mut Pointers<'p>,
+    state: &'p mut DecodeState<X>,
+    weights: &DecodeWeights<'p>,
+    inputs: &DecodeInputs<'p, X>,
+    out: &'p mut CudaSlice<X>,
     tokens: usize,
-    out: &mut CudaSlice<X>,
-) -> Result<()> {
-    let config = state.config.forward_config(tokens, X::DTYPE);
-    let (smem, staged) = forward::chunked_shared_memory(gpu, &config)?;
-    let mut ptrs = Pointers {
-        stream,
-        guards: Vec::with_capacity(20),
-    };
-    let (theta, ssm) = (ptrs.write(&mut state.theta), ptrs.write(&mut state.ssm));
-    let (k_state, v_state) = (ptrs.write(&mut state.k), ptrs.write(&mut state.v));
-    let params = ForwardParams {
+    rows_per_warp: u32,
+) -> DecodeParams {
+    let c = state.config;
+    DecodeParams {
         q: ptrs.read(inputs.q),
         k: ptrs.read(inputs.k),
         v: ptrs.read(inputs.v),
@@ -981,29 +949,70 @@ fn step_chunked<X: Activation>(
         mimo_o: ptrs.read_opt(weights.mimo_o),
         d: ptrs.read_opt(weights.d),
         norm_weight: ptrs.read_opt(weights.norm_weight),
+        theta: ptrs.write(&mut state.theta),
+        ssm: ptrs.write(&mut state.ssm),
+        k_state: ptrs.write(&mut state.k),
+        v_state: ptrs.write(&mut state.v),
         out: ptrs.write(out),
-        final_theta: theta,
-        final_ssm: ssm,
-        final_k: k_state,
-        final_v: v_state,
-        init_theta: theta,
-        init_ssm: ssm,
-        init_k: k_state,
-        init_v: v_state,
-        batch: config.batch as u32,
-        seq_len: tokens as u32,
-        rank: config.rank as u32,
-        heads: config.heads as u32,
-        groups: config.groups as u32,
-        n: config.state_dim as u32,
-        p: config.head_dim as u32,
-        na: config.num_angles as u32,
-        chunk: config.chunk_size as u32,
-        mode: config.mode.code(),
-        rotation: config.rotation.code(),
-        norm_eps: config.norm_eps,
-        staged: u32::from(staged),
-        ..ForwardParams::default()
+        arrivals: ptrs.write(&mut state.arrivals),
+        batch: c.batch as u32,
+        tokens: tokens as u32,
+        heads: c.heads as u32,
+        groups: c.groups as u32,
+        n: c.state_dim as u32,
+        p: c.head_dim as u32,
+        na: c.num_angles as u32,
+        mode: c.mode.code(),
+        rotation: c.rotation.code(),
+        norm_eps: c.norm_eps,
+        rows_per_warp,
+    }
+}
+
+/// [`step_tokens`] on [`DecodePath::Chunked`] (everything validated): one forward launch over the
+/// T tokens, from the state and back into it.
+fn step_chunked<X: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    state: &mut DecodeState<X>,
+    weights: &DecodeWeights,
+    inputs: &DecodeInputs<X>,
+    tokens: usize,
+    out: &mut CudaSlice<X>,
+) -> Result<()> {
+    let config = state.config.forward_config(tokens, X::DTYPE);
+    let (smem, staged) = forward::chunked_shared_memory(gpu, &config)?;
+    let mut ptrs = Pointers {
+        stream,
+        guards: Vec::with_capacity(21),
+    };
+    let d = decode_params(&mut ptrs, state, weights, inputs, out, tokens, 0);
+    let params = ForwardParams {
+        q: d.q,
+        k: d.k,
+        v: d.v,
+        z: d.z,
+        trap: d.trap,
+        dt: d.dt,
+        adt: d.adt,
+        angles: d.angles,
+        q_bias: d.q_bias,
+        k_bias: d.k_bias,
+        mimo_v: d.mimo_v,
+        mimo_z: d.mimo_z,
+        mimo_o: d.mimo_o,
+        d: d.d,
+        norm_weight: d.norm_weight,
+        out: d.out,
+        final_theta: d.theta,
+        final_ssm: d.ssm,
+        final_k: d.k_state,
+        final_v: d.v_state,
+        init_theta: d.theta,
+        init_ssm: d.ssm,
+        init_k: d.k_state,
+        init_v: d.v_state,
+        ..config.scalar_params(staged)
     };
     let (kernel, _, cfg) = forward::launch_plan(gpu, &config, &params, 1, smem)?;
     let args = ForwardArgs(params);

@@ -114,6 +114,27 @@ impl ForwardConfig {
         }
     }
 
+    /// The launch parameters' shape and option fields (every pointer 0, one segment), with the
+    /// staging region used when `staged`.
+    pub(crate) fn scalar_params(&self, staged: bool) -> ForwardParams {
+        ForwardParams {
+            batch: self.batch as u32,
+            seq_len: self.seq_len as u32,
+            rank: self.rank as u32,
+            heads: self.heads as u32,
+            groups: self.groups as u32,
+            n: self.state_dim as u32,
+            p: self.head_dim as u32,
+            na: self.num_angles as u32,
+            chunk: self.chunk_size as u32,
+            mode: self.mode.code(),
+            rotation: self.rotation.code(),
+            norm_eps: self.norm_eps,
+            staged: u32::from(staged),
+            ..ForwardParams::default()
+        }
+    }
+
     /// Dynamic shared memory of the kernel this config selects, in bytes (saturating).
     pub fn shared_memory_bytes(&self) -> u64 {
         let u = |x: usize| x as u64;
@@ -972,20 +993,7 @@ fn forward_impl<T: Activation>(
         mimo_o: opt_ptr!(inputs.mimo_o.as_ref(), "mimo_o", 4),
         d: opt_ptr!(inputs.d.as_ref(), "d", 4),
         norm_weight: opt_ptr!(inputs.norm_weight.as_ref(), "norm_weight", 4),
-        batch: config.batch as u32,
-        seq_len: config.seq_len as u32,
-        rank: config.rank as u32,
-        heads: config.heads as u32,
-        groups: config.groups as u32,
-        n: config.state_dim as u32,
-        p: config.head_dim as u32,
-        na: config.num_angles as u32,
-        chunk: config.chunk_size as u32,
-        mode: config.mode.code(),
-        rotation: config.rotation.code(),
-        norm_eps: config.norm_eps,
-        staged: u32::from(staged),
-        ..ForwardParams::default()
+        ..config.scalar_params(staged)
     };
     let mut params = params;
     if let Some(init) = initial {

@@ -1576,32 +1576,48 @@ pub fn split_f64(x: f64) -> (f32, f32) {
 /// [`ForwardParams::seg_state`]); padding columns and rows of the state stay zero.
 #[inline(always)]
 unsafe fn load_segment_start(prm: &ForwardParams, cx: &Ctx, slot: usize) {
-    let lay = &cx.lay;
     let (n, p) = (cx.n as usize, cx.p as usize);
     let slots = prm.segments as usize - 1;
     let row = (cx.b * cx.heads + cx.h) * slots + slot;
     // SAFETY (whole body): slot < K−1, and every index below lies inside the (B,H,K−1,…)
-    // hand-off buffers of the launch contract and the state / θ regions of the layout.
+    // hand-off buffers of the launch contract.
     unsafe {
-        let mut e = cx.tid;
-        while e < lay.p4 * lay.n_stride {
-            let pp = e / lay.n_stride;
-            let nn = e - pp * lay.n_stride;
-            let v = if pp < cx.p && nn < cx.n {
-                ldg(prm.seg_state, (row * p + pp as usize) * n + nn as usize)
-            } else {
-                0.0
-            };
-            st_shared_f32(cx.sm(lay.state, e), v);
-            e += T;
-        }
-        let mut j = cx.tid;
-        while j < cx.na {
-            let at = 2 * (row * cx.na as usize + j as usize);
-            let theta = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
-            st_shared_f64(cx.sm(lay.theta, 2 * j), theta);
-            j += T;
-        }
+        fill_state(cx, |pp, nn| ldg(prm.seg_state, (row * p + pp) * n + nn));
+        fill_theta(cx, |j| {
+            let at = 2 * (row * cx.na as usize + j);
+            ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64
+        });
+    }
+}
+
+/// Writes `value(p, n)` over this block's state region (padding rows and columns zero).
+#[inline(always)]
+unsafe fn fill_state(cx: &Ctx, mut value: impl FnMut(usize, usize) -> f32) {
+    let lay = &cx.lay;
+    let mut e = cx.tid;
+    while e < lay.p4 * lay.n_stride {
+        let pp = e / lay.n_stride;
+        let nn = e - pp * lay.n_stride;
+        let v = if pp < cx.p && nn < cx.n {
+            value(pp as usize, nn as usize)
+        } else {
+            0.0
+        };
+        // SAFETY: inside the state region of the layout.
+        unsafe { st_shared_f32(cx.sm(lay.state, e), v) };
+        e += T;
+    }
+}
+
+/// Writes `value(j)` as angle carry `j < Na` (f64).
+#[inline(always)]
+unsafe fn fill_theta(cx: &Ctx, mut value: impl FnMut(usize) -> f64) {
+    let mut j = cx.tid;
+    while j < cx.na {
+        let theta = value(j as usize);
+        // SAFETY: inside the θ region of the layout.
+        unsafe { st_shared_f64(cx.sm(cx.lay.theta, 2 * j), theta) };
+        j += T;
     }
 }
 
@@ -1612,42 +1628,23 @@ unsafe fn load_segment_start(prm: &ForwardParams, cx: &Ctx, slot: usize) {
 /// angle carries; padding columns and rows of the state stay zero.
 #[inline(always)]
 unsafe fn load_initial_state<X: Elem, const R: usize>(prm: &ForwardParams, cx: &Ctx) {
-    let lay = &cx.lay;
     let (n, p) = (cx.n as usize, cx.p as usize);
     let bh = cx.b * cx.heads + cx.h;
     // SAFETY (whole body): indices inside the initial-state tensors and the (B,H,S) token
-    // scalars of the launch contract, and the state / θ regions of the layout.
+    // scalars of the launch contract.
     unsafe {
         let eps = ldg(prm.dt, bh * cx.s_len) * sigmoid_rcp(-X::load(prm.trap, bh * cx.s_len));
-        let mut e = cx.tid;
-        while e < lay.p4 * lay.n_stride {
-            let pp = e / lay.n_stride;
-            let nn = e - pp * lay.n_stride;
-            let v = if pp < cx.p && nn < cx.n {
-                let (pp, nn) = (pp as usize, nn as usize);
-                let v0 = eps * X::load(prm.init_v, bh * p + pp);
-                let mut v = ldg(prm.init_ssm, (bh * p + pp) * n + nn);
-                for r in 0..R {
-                    let w = v0 * ldg(prm.mimo_v, (cx.h * R + r) * p + pp);
-                    v = fma_rn(
-                        w,
-                        X::load(prm.init_k, ((cx.b * R + r) * cx.heads + cx.h) * n + nn),
-                        v,
-                    );
-                }
-                v
-            } else {
-                0.0
-            };
-            st_shared_f32(cx.sm(lay.state, e), v);
-            e += T;
-        }
-        let mut j = cx.tid;
-        while j < cx.na {
-            let theta = ldg(prm.init_theta, bh * cx.na as usize + j as usize) as f64;
-            st_shared_f64(cx.sm(lay.theta, 2 * j), theta);
-            j += T;
-        }
+        fill_state(cx, |pp, nn| {
+            let v0 = eps * X::load(prm.init_v, bh * p + pp);
+            let mut v = ldg(prm.init_ssm, (bh * p + pp) * n + nn);
+            for r in 0..R {
+                let w = v0 * ldg(prm.mimo_v, (cx.h * R + r) * p + pp);
+                let k0 = X::load(prm.init_k, ((cx.b * R + r) * cx.heads + cx.h) * n + nn);
+                v = fma_rn(w, k0, v);
+            }
+            v
+        });
+        fill_theta(cx, |j| ldg(prm.init_theta, bh * cx.na as usize + j) as f64);
     }
 }
 
