@@ -5,8 +5,8 @@ mod common;
 
 use mamba3::forward::{
     blocks_per_sm, dispatch_paths, dispatch_paths_with_workspace, sequence_segments, validate,
-    validate_config, workspace_len, Dtype, ForwardConfig, ForwardLens, MAX_SEGMENTS,
-    MIN_SEGMENT_CHUNKS,
+    validate_config, validate_initial, workspace_len, Dtype, ForwardConfig, ForwardLens, StateLens,
+    MAX_SEGMENTS, MIN_SEGMENT_CHUNKS,
 };
 use mamba3::golden::{OutputMode, Rotation};
 use mamba3::Error;
@@ -560,4 +560,45 @@ fn benchmark_config() -> ForwardConfig {
         groups: 1,
         ..config()
     }
+}
+
+/// The initial states of `forward_from_states` are checked against the final-state layouts, each
+/// error naming `initial.<tensor>` and its shape; the config is checked first.
+#[test]
+fn initial_state_lengths_name_the_argument() {
+    let c = config();
+    let want: StateLens = lens(&c).states.expect("states");
+    assert!(validate_initial(&c, &want).is_ok());
+    let cases: [(StateLens, &str, &str); 4] = [
+        (
+            StateLens {
+                theta: want.theta + 1,
+                ..want
+            },
+            "initial.theta",
+            "(B,H,Na)",
+        ),
+        (
+            StateLens {
+                ssm: want.ssm - 1,
+                ..want
+            },
+            "initial.ssm",
+            "(B,H,P,N)",
+        ),
+        (StateLens { k: 0, ..want }, "initial.k", "(B,R,H,N)"),
+        (
+            StateLens {
+                v: 2 * want.v,
+                ..want
+            },
+            "initial.v",
+            "(B,H,P)",
+        ),
+    ];
+    for (got, arg, shape) in cases {
+        expect_arg(validate_initial(&c, &got), arg, shape);
+    }
+    let bad = ForwardConfig { rank: 3, ..c };
+    expect_arg(validate_initial(&bad, &want), "rank", "1, 2, 4 or 8");
 }
