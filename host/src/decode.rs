@@ -861,9 +861,34 @@ pub fn step_tokens<X: Activation>(
         .pinned
         .unwrap_or_else(|| c.path::<X>(tokens, gpu.sm_count(), gpu.max_shared_memory_optin()));
     c.check_path(path, tokens)?;
-    if path == DecodePath::Chunked {
-        return step_chunked(gpu, stream, state, weights, inputs, tokens, out);
-    }
+    let (r, n, p) = (c.rank as u32, c.state_dim as u32, c.head_dim as u32);
+    let cfg = match path {
+        DecodePath::SharedTile => LaunchConfig {
+            grid_dim: (c.heads as u32, c.batch as u32, 1),
+            block_dim: (32 * DECODE_WARPS, 1, 1),
+            shared_mem_bytes: DecodeSmem::new(r, n, p, c.num_angles as u32).bytes(),
+        },
+        DecodePath::RegisterResident { rows_per_warp } => {
+            let block_rows = DECODE_ROWS_WARPS * rows_per_warp;
+            LaunchConfig {
+                grid_dim: (c.heads as u32 * p.div_ceil(block_rows), c.batch as u32, 1),
+                block_dim: (32 * DECODE_ROWS_WARPS, 1, 1),
+                shared_mem_bytes: DecodeRowsSmem::new(r, n, block_rows, c.num_angles as u32)
+                    .bytes(),
+            }
+        }
+        DecodePath::Chunked => {
+            return step_chunked(gpu, stream, state, weights, inputs, tokens, out);
+        }
+        DecodePath::Streaming { rows_per_warp } => {
+            let warps = (c.batch * c.heads) as u32 * p.div_ceil(rows_per_warp);
+            LaunchConfig {
+                grid_dim: (warps.div_ceil(DECODE_STREAM_WARPS), 1, 1),
+                block_dim: (32 * DECODE_STREAM_WARPS, 1, 1),
+                shared_mem_bytes: DecodeStreamSmem::new(r).block_bytes(),
+            }
+        }
+    };
     let kernel = path
         .kernel::<X>(&c)
         .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
@@ -881,32 +906,6 @@ pub fn step_tokens<X: Activation>(
         tokens,
         rows_per_warp,
     );
-    let (r, n, p) = (c.rank as u32, c.state_dim as u32, c.head_dim as u32);
-    let cfg = match path {
-        DecodePath::SharedTile => LaunchConfig {
-            grid_dim: (c.heads as u32, c.batch as u32, 1),
-            block_dim: (32 * DECODE_WARPS, 1, 1),
-            shared_mem_bytes: DecodeSmem::new(r, n, p, c.num_angles as u32).bytes(),
-        },
-        DecodePath::RegisterResident { rows_per_warp } => {
-            let block_rows = DECODE_ROWS_WARPS * rows_per_warp;
-            LaunchConfig {
-                grid_dim: (c.heads as u32 * p.div_ceil(block_rows), c.batch as u32, 1),
-                block_dim: (32 * DECODE_ROWS_WARPS, 1, 1),
-                shared_mem_bytes: DecodeRowsSmem::new(r, n, block_rows, c.num_angles as u32)
-                    .bytes(),
-            }
-        }
-        DecodePath::Chunked => unreachable!("launched by step_chunked"),
-        DecodePath::Streaming { rows_per_warp } => {
-            let warps = (c.batch * c.heads) as u32 * p.div_ceil(rows_per_warp);
-            LaunchConfig {
-                grid_dim: (warps.div_ceil(DECODE_STREAM_WARPS), 1, 1),
-                block_dim: (32 * DECODE_STREAM_WARPS, 1, 1),
-                shared_mem_bytes: DecodeStreamSmem::new(r).block_bytes(),
-            }
-        }
-    };
     let args = DecodeArgs(params);
     let mut launch = gpu.launch(stream, kernel)?;
     launch.arg(&args);

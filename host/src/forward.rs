@@ -695,7 +695,7 @@ pub(crate) fn launch_plan(
         && [params.final_ssm, params.init_ssm, params.seg_state]
             .iter()
             .all(|p| p.is_multiple_of(8));
-    let fits = forward_mma_smem::BYTES as usize <= gpu.max_shared_memory_optin();
+    let fits = tensor_core_fits(config, gpu.max_shared_memory_optin());
     Ok(match tensor_core_kernels(config) {
         Some((tc, tc_segment_state)) if aligned && fits => (
             tc,

@@ -858,8 +858,8 @@ unsafe fn store_state_tile(bk: &Blk, base: u64, at: usize, state: &[[f32; 4]; 16
 }
 
 /// Copies k̂₀ of the caller's initial state (`(R,N)` bf16 of this (b, h), 1 KB) into the score
-/// weight region, which is free until the first chunk's weights (a `cp.async` per thread of the
-/// first four warps; [`add_initial_trapezoid`] reads it after the first barrier).
+/// weight region, which is free until the first chunk's weights (one 16-byte `cp.async` for each
+/// of the first 64 threads; [`add_initial_trapezoid`] reads it after the first barrier).
 #[inline(always)]
 unsafe fn stage_initial_k(prm: &ForwardParams, bk: &Blk) {
     if bk.tid < R * N / 8 {
