@@ -107,7 +107,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "forward kernels: {:?}",
         forward::dispatch_paths_with_workspace(&config, gpu.sm_count())
     );
-    println!("backward kernels: {:?}", backward::dispatch_paths(&config));
+    println!(
+        "backward kernels: {:?}",
+        backward::dispatch_paths(&config, gpu.max_shared_memory_optin())
+    );
 
     let (out, _) = forward::forward_alloc(&gpu, &stream, &config, &device_inputs, false)?;
 

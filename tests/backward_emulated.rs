@@ -14,7 +14,8 @@ mod emulation;
 
 use mamba3::golden::{backward_recurrent, Gradients, Mamba3Inputs, OutputMode, Rotation};
 use mamba3_abi::{
-    output_mode, rotation, BackwardParams, BackwardSmem, BackwardWorkspace, BACKWARD_THREADS,
+    output_mode, rotation, BackwardChunkedSmem, BackwardParams, BackwardSmem, BackwardWorkspace,
+    BACKWARD_THREADS,
 };
 
 use common::{geo, grad_err, letters, opts, quantize, worst_over};
@@ -26,6 +27,13 @@ mod angles;
 #[allow(clippy::all)]
 #[path = "../kernels/src/backward_recurrent.rs"]
 mod backward_recurrent;
+
+#[allow(clippy::all)]
+#[path = "../kernels/src/backward_chunked.rs"]
+mod backward_chunked;
+
+#[path = "../kernels/src/tile_mac.rs"]
+mod tile_mac;
 
 /// Random ∂L/∂out in the output's layout, rounded to the activation type.
 fn random_dout(inp: &Mamba3Inputs, seed: u64, bf16: bool) -> Vec<f64> {
@@ -44,8 +52,16 @@ fn random_dout(inp: &Mamba3Inputs, seed: u64, bf16: bool) -> Vec<f64> {
         .collect()
 }
 
-/// Runs both emulated kernels; returns the gradients in the golden model's layout.
-fn run_emulated(inp: &Mamba3Inputs, dout_host: &[f64], seg_len: usize, bf16: bool) -> Gradients {
+/// Runs the emulated per-head kernel (the chunked one with `seg_len` tokens per chunk when
+/// `chunked`, else the token-serial one with segments of `seg_len`) and the reduce kernel;
+/// returns the gradients in the golden model's layout.
+fn run_emulated(
+    inp: &Mamba3Inputs,
+    dout_host: &[f64],
+    seg_len: usize,
+    bf16: bool,
+    chunked: bool,
+) -> Gradients {
     let g = inp.geometry;
     let (b, s, r, gr, h, n, p, na) = letters(&g);
     let mut bufs = Memory::default();
@@ -185,17 +201,22 @@ fn run_emulated(inp: &Mamba3Inputs, dout_host: &[f64], seg_len: usize, bf16: boo
         norm_eps: inp.norm.as_ref().map_or(1e-5, |nw| nw.eps as f32),
         reduce_blocks,
     };
-    let lay = BackwardSmem::new(r as u32, n as u32, p as u32, na as u32);
+    let words = if chunked {
+        BackwardChunkedSmem::new(seg_len as u32, r as u32, n as u32, p as u32, na as u32).total
+    } else {
+        BackwardSmem::new(r as u32, n as u32, p as u32, na as u32).total
+    };
     emulation::run_grid(
         (h as u32, b as u32),
         BACKWARD_THREADS as usize,
-        lay.total as usize,
+        words as usize,
         &bufs.buffers,
         || unsafe {
-            if bf16 {
-                backward_recurrent::backward_head::<elem::Bf16>(&params)
-            } else {
-                backward_recurrent::backward_head::<f32>(&params)
+            match (chunked, bf16) {
+                (true, true) => backward_chunked::backward_chunked::<elem::Bf16>(&params),
+                (true, false) => backward_chunked::backward_chunked::<f32>(&params),
+                (false, true) => backward_recurrent::backward_head::<elem::Bf16>(&params),
+                (false, false) => backward_recurrent::backward_head::<f32>(&params),
             }
         },
     );
@@ -240,8 +261,18 @@ struct Case {
     bf16: bool,
 }
 
-/// Runs `case`; returns the worst relative error over every gradient.
+/// Runs `case` on the chunked kernel (`seg_len` = tokens per chunk).
+fn check_chunked(case: &Case, seed: u64) -> f64 {
+    check_kernel(case, seed, true)
+}
+
+/// Runs `case` on the token-serial kernel.
 fn check(case: &Case, seed: u64) -> f64 {
+    check_kernel(case, seed, false)
+}
+
+/// Runs `case` on one kernel; returns the worst relative error over every gradient.
+fn check_kernel(case: &Case, seed: u64, chunked: bool) -> f64 {
     let mut inp = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     if case.bf16 {
         quantize::<half::bf16>(&mut inp);
@@ -250,7 +281,7 @@ fn check(case: &Case, seed: u64) -> f64 {
     }
     let dout = random_dout(&inp, seed ^ 0x5eed, case.bf16);
     let reference = backward_recurrent(&inp, &dout).unwrap();
-    let ours = run_emulated(&inp, &dout, case.seg_len, case.bf16);
+    let ours = run_emulated(&inp, &dout, case.seg_len, case.bf16, chunked);
     let tol = if case.bf16 { 2e-2 } else { 1e-5 };
     let call_scale = reference
         .tensors()
@@ -274,7 +305,8 @@ fn check(case: &Case, seed: u64) -> f64 {
         worst = worst.max(e);
     }
     eprintln!(
-        "emulated backward {} {:?} L={} {:?}:{line}",
+        "emulated {} backward {} {:?} L={} {:?}:{line}",
+        if chunked { "chunked" } else { "token-serial" },
         if case.bf16 { "bf16" } else { "f32" },
         case.geo,
         case.seg_len,
@@ -344,6 +376,74 @@ fn emulated_backward_matches_golden_on_small_geometries() {
     let worst = worst_over(&cases, 300, check);
     eprintln!(
         "emulated backward: worst error {worst:.2e} over {} cases",
+        cases.len()
+    );
+}
+
+#[test]
+fn emulated_chunked_backward_matches_golden_on_small_geometries() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        // Tail chunk (S % C ≠ 0), gated, GQA, odd P, half-split.
+        Case {
+            geo: geo(1, 7, 2, 1, 2, 8, 5, 2),
+            seg_len: 3,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: false,
+        },
+        // Fused norm, pairwise, R = 1, two batch rows.
+        Case {
+            geo: geo(2, 9, 1, 1, 1, 6, 7, 3),
+            seg_len: 4,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: false,
+        },
+        // Prereduce, R = 4, G = 2, no z.
+        Case {
+            geo: geo(1, 5, 4, 2, 4, 4, 3, 1),
+            seg_len: 2,
+            opts: opts(HalfSplit, Prereduce, false, true),
+            bf16: false,
+        },
+        // R = 8, one token per chunk, no z and no D.
+        Case {
+            geo: geo(1, 4, 8, 1, 1, 10, 4, 2),
+            seg_len: 1,
+            opts: opts(Pairwise, Gated, false, false),
+            bf16: false,
+        },
+        // S = 1 < C, Na = 0.
+        Case {
+            geo: geo(1, 1, 2, 1, 2, 4, 3, 0),
+            seg_len: 4,
+            opts: opts(HalfSplit, FusedNorm, true, false),
+            bf16: false,
+        },
+        // N above one 128-column strip, Na < N/2, several chunks.
+        Case {
+            geo: geo(1, 6, 1, 1, 1, 130, 3, 5),
+            seg_len: 4,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: false,
+        },
+        // bf16 activations.
+        Case {
+            geo: geo(1, 6, 2, 1, 2, 8, 6, 4),
+            seg_len: 4,
+            opts: opts(HalfSplit, FusedNorm, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 5, 4, 1, 1, 6, 5, 2),
+            seg_len: 2,
+            opts: opts(Pairwise, Prereduce, true, true),
+            bf16: true,
+        },
+    ];
+    let worst = worst_over(&cases, 300, check_chunked);
+    eprintln!(
+        "emulated chunked backward: worst error {worst:.2e} over {} cases",
         cases.len()
     );
 }

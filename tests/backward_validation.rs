@@ -11,6 +11,9 @@ use mamba3::{Error, OutputMode, Rotation};
 
 use common::MODES;
 
+/// The H200's opt-in shared memory per block (bytes).
+const H200_SHARED_MEMORY: usize = 232_448;
+
 fn config(mode: OutputMode) -> ForwardConfig {
     ForwardConfig {
         batch: 2,
@@ -54,7 +57,12 @@ fn valid_calls_pass_in_every_mode() {
         // A larger workspace is fine.
         validate_backward(&c, &lens, dout, &grads, ws + 7).unwrap();
         assert_eq!(
-            dispatch_paths(&c),
+            dispatch_paths(&c, H200_SHARED_MEMORY),
+            vec!["backward_chunked_bf16", "backward_reduce_bf16"]
+        );
+        // A device without room for the chunked layout runs the token-serial kernel.
+        assert_eq!(
+            dispatch_paths(&c, 16 * 1024),
             vec!["backward_head_bf16", "backward_reduce_bf16"]
         );
     }
@@ -128,7 +136,7 @@ fn each_broken_rule_names_its_argument() {
         arg_of(validate_backward(&bad, &lens, dout, &grads, ws)),
         "rank"
     );
-    assert!(dispatch_paths(&bad).is_empty());
+    assert!(dispatch_paths(&bad, H200_SHARED_MEMORY).is_empty());
 }
 
 #[test]
@@ -144,5 +152,57 @@ fn workspace_grows_with_fewer_longer_segments_as_documented() {
             at(l1) as i64 - at(l2) as i64,
             states(l1) as i64 - states(l2) as i64
         );
+    }
+}
+
+#[test]
+fn chunked_backward_takes_the_geometries_it_supports() {
+    use mamba3::backward::{backward_path, chunked_tokens, BackwardPath};
+    let model = ForwardConfig {
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        chunk_size: 16,
+        ..config(OutputMode::Gated)
+    };
+    // 64 rows: 16 tokens of rank 4 at the model geometry, within the H200's shared memory.
+    assert_eq!(chunked_tokens(&model), Some(16));
+    assert_eq!(
+        backward_path(&model, H200_SHARED_MEMORY),
+        BackwardPath::Chunked
+    );
+    assert_eq!(backward_path(&model, 101_376), BackwardPath::TokenSerial);
+    // Larger states shrink the chunk to fit.
+    let wide = ForwardConfig {
+        head_dim: 128,
+        ..model
+    };
+    assert_eq!(chunked_tokens(&wide), Some(4));
+    // Other ranks: 64 rows unless the token-pair tables (C² words each) push the layout over.
+    for (r, tokens) in [(1, 32), (2, 32), (8, 8)] {
+        let c = ForwardConfig { rank: r, ..model };
+        assert_eq!(chunked_tokens(&c), Some(tokens), "rank {r}");
+    }
+    // Outside the kernel: P above 256.
+    let tall = ForwardConfig {
+        head_dim: 300,
+        ..model
+    };
+    assert_eq!(chunked_tokens(&tall), None);
+    assert_eq!(
+        backward_path(&tall, H200_SHARED_MEMORY),
+        BackwardPath::TokenSerial
+    );
+    // The workspace holds the chunked kernel's carried states (one per chunk) and per-head q/k
+    // gradients as well as the token-serial kernel's checkpoints.
+    for c in [model, wide] {
+        let chunk = chunked_tokens(&c).unwrap();
+        let (bh, s) = (c.batch * c.heads, c.seq_len);
+        let states = bh * s.div_ceil(chunk) * c.head_dim * c.state_dim;
+        let qk = 2 * bh * s * c.rank * c.state_dim;
+        let serial =
+            bh * (s.div_ceil(c.chunk_size) + c.chunk_size.min(s)) * c.head_dim * c.state_dim;
+        let ws = workspace_len(&c).unwrap();
+        assert!(ws >= states + qk && ws >= serial + qk, "{c:?}: {ws}");
     }
 }

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use half::bf16;
-use mamba3::backward::{backward, dispatch_paths, workspace_len, GradientsMut};
+use mamba3::backward::{
+    backward, backward_with_path, dispatch_paths, workspace_len, BackwardPath, GradientsMut,
+};
 use mamba3::cuda::{CudaSlice, CudaStream, CudaViewMut};
 use mamba3::forward::Activation;
 use mamba3::golden::{
@@ -53,6 +55,7 @@ fn run_gpu<T: Activation>(
     dev: &DeviceInputs<T>,
     dout: &CudaSlice<T>,
     chunk: usize,
+    path: BackwardPath,
 ) -> Gradients {
     let cfg = config_of::<T>(inp, chunk);
     let g = inp.geometry;
@@ -93,16 +96,17 @@ fn run_gpu<T: Activation>(
             d: dd.as_mut().map(|x| x.as_view_mut()),
             norm_weight: dnw.as_mut().map(|x| x.as_view_mut()),
         };
-        backward(
+        backward_with_path(
             gpu,
             s,
             &cfg,
+            path,
             &inputs,
             &dout.as_view(),
             &mut grads,
             &mut ws.as_view_mut(),
         )
-        .unwrap_or_else(|e| panic!("backward failed for {g:?}: {e}"));
+        .unwrap_or_else(|e| panic!("backward ({path:?}) failed for {g:?}: {e}"));
     }
     s.synchronize().expect("the backward kernels failed");
     Gradients {
@@ -124,13 +128,15 @@ fn run_gpu<T: Activation>(
     }
 }
 
-/// Runs one case three times in dtype `T`: checks finiteness, bitwise equality of the runs and
-/// the error of every gradient against the golden backward; returns the errors by gradient.
+/// Runs one case three times in dtype `T` on `path`: checks finiteness, bitwise equality of the
+/// runs and the error of every gradient against the golden backward; returns the errors by
+/// gradient.
 fn check<T: Activation>(
     gpu: &Gpu,
     s: &Arc<CudaStream>,
     case: &Case,
     seed: u64,
+    path: BackwardPath,
 ) -> Vec<(&'static str, f64)> {
     let mut inp = Mamba3Inputs::random(case.geo, case.opts, seed).expect("random inputs");
     quantize::<T>(&mut inp);
@@ -139,7 +145,7 @@ fn check<T: Activation>(
     let dev = DeviceInputs::<T>::upload(s, &inp);
     let dout = up_act::<T>(s, &dout_host);
     let runs: Vec<Gradients> = (0..3)
-        .map(|_| run_gpu::<T>(gpu, s, &inp, &dev, &dout, case.chunk))
+        .map(|_| run_gpu::<T>(gpu, s, &inp, &dev, &dout, case.chunk, path))
         .collect();
     let bits = |g: &Gradients| -> Vec<Vec<u64>> {
         g.tensors()
@@ -175,7 +181,7 @@ fn check<T: Activation>(
         errs.push((name, e));
     }
     eprintln!(
-        "{:?} {:?} L={} {:?}:{line}",
+        "{path:?} {:?} {:?} L={} {:?}:{line}",
         T::DTYPE,
         case.geo,
         case.chunk,
@@ -184,15 +190,15 @@ fn check<T: Activation>(
     for (name, e) in &errs {
         assert!(
             *e <= tol,
-            "{name}: error {e:e} above {tol:e} for {case:?} ({:?})",
+            "{name}: error {e:e} above {tol:e} for {case:?} ({:?}, {path:?})",
             T::DTYPE
         );
     }
     errs
 }
 
-/// Runs `cases` in both dtypes and prints the worst error per gradient.
-fn run_grid(cases: &[Case], label: &str, seed0: u64) {
+/// Runs `cases` in both dtypes on `path` and prints the worst error per gradient.
+fn run_grid(cases: &[Case], label: &str, seed0: u64, path: BackwardPath) {
     let gpu = match common::gpu() {
         Some(g) => g,
         None => return,
@@ -202,11 +208,11 @@ fn run_grid(cases: &[Case], label: &str, seed0: u64) {
     let mut worst_bf16: BTreeMap<&'static str, f64> = BTreeMap::new();
     for (i, case) in cases.iter().enumerate() {
         let seed = seed0 + i as u64;
-        for (name, e) in check::<f32>(&gpu, &s, case, seed) {
+        for (name, e) in check::<f32>(&gpu, &s, case, seed, path) {
             let w = worst_f32.entry(name).or_insert(0.0);
             *w = w.max(e);
         }
-        for (name, e) in check::<bf16>(&gpu, &s, case, seed) {
+        for (name, e) in check::<bf16>(&gpu, &s, case, seed, path) {
             let w = worst_bf16.entry(name).or_insert(0.0);
             *w = w.max(e);
         }
@@ -217,7 +223,7 @@ fn run_grid(cases: &[Case], label: &str, seed0: u64) {
             .map(|(name, e)| format!("{name} {e:.2e}"))
             .collect();
         eprintln!(
-            "backward {label} {dtype}: worst over {} cases (3 runs each, bitwise identical): {}",
+            "backward {label} {path:?} {dtype}: worst over {} cases (3 runs each, bitwise identical): {}",
             cases.len(),
             line.join(", ")
         );
@@ -294,12 +300,17 @@ fn small_cases() -> Vec<Case> {
 
 #[test]
 fn backward_matches_golden_on_small_geometries() {
-    run_grid(&small_cases(), "small", 7000);
+    run_grid(&small_cases(), "small", 7000, BackwardPath::Chunked);
+}
+
+#[test]
+fn token_serial_backward_matches_golden_on_small_geometries() {
+    run_grid(&small_cases(), "small", 7000, BackwardPath::TokenSerial);
 }
 
 #[test]
 fn backward_matches_golden_on_upstream_geometries() {
-    run_grid(&upstream_cases(), "upstream", 8000);
+    run_grid(&upstream_cases(), "upstream", 8000, BackwardPath::Chunked);
 }
 
 #[test]
@@ -311,8 +322,8 @@ fn backward_rejects_bad_arguments_before_launch() {
     quantize::<f32>(&mut inp);
     let cfg = config_of::<f32>(&inp, case.chunk);
     assert_eq!(
-        dispatch_paths(&cfg),
-        vec!["backward_head_f32", "backward_reduce_f32"]
+        dispatch_paths(&cfg, gpu.max_shared_memory_optin()),
+        vec!["backward_chunked_f32", "backward_reduce_f32"]
     );
     let dev = DeviceInputs::<f32>::upload(&s, &inp);
     let dout_host = random_dout::<f32>(&inp, 1);

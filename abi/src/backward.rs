@@ -321,3 +321,143 @@ pub const fn backward_smem_bytes(r: u64, n: u64, p: u64, na: u64) -> u64 {
     }
     BackwardSmem::new(r as u32, n as u32, p as u32, na as u32).bytes() as u64
 }
+
+/// Largest rows per chunk (`C·R`) of the chunked backward kernel.
+pub const BACKWARD_CHUNK_ROWS: u32 = 64;
+
+/// Shared-memory regions of the chunked backward kernel (`backward_chunked_*`), offsets in f32
+/// elements. A chunk of `C` tokens is `M = C·R` rows (token-major, rank-minor). Row-major
+/// regions have a stride one longer than their row (odd: column walks hit distinct banks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardChunkedSmem {
+    /// Tokens per chunk C.
+    pub chunk: u32,
+    /// Rows per chunk M = C·R.
+    pub rows: u32,
+    /// Row stride of the N-wide regions (N + 1).
+    pub sn: u32,
+    /// Row stride of the P-wide regions (P + 1).
+    pub sp: u32,
+    /// Row stride of the M-wide regions (M + 1).
+    pub sm: u32,
+    /// Rotated, biased q̂ `(M, N)`.
+    pub qh: u32,
+    /// Rotated, biased k̂ `(M, N)`.
+    pub kh: u32,
+    /// x = v ⊙ mimo_v `(M, P)`.
+    pub x: u32,
+    /// Raw outputs y, then δ = ∂L/∂y `(M, P)`.
+    pub dl: u32,
+    /// The state entering the chunk `(P, N)`; later ∂L/∂x `(M, P)`.
+    pub hs: u32,
+    /// The adjoint of the state leaving the chunk `(P, N)`.
+    pub g: u32,
+    /// Raw scores q̂·k̂ `(M, M)`.
+    pub sc: u32,
+    /// Inter-chunk outputs, then ∂L/∂gate, then δ·x (raw, then weighted) `(M, max(M, P))`.
+    pub ds: u32,
+    /// Token-pair weights W(t, s) `(C, C)`.
+    pub wt: u32,
+    /// Token-pair decays E(t, s) `(C, C)`.
+    pub et: u32,
+    /// Token-pair score gradients m(t, s) `(C, C)`.
+    pub pm: u32,
+    /// Per-token scalars, `TOKEN_SCALARS` arrays of C.
+    pub tok: u32,
+    /// Per-row scalars: the inter-chunk part of ∂A, then the state-pass partials `x·G·k̂` per
+    /// 128-column strip of N `(1 + ⌈N/128⌉, M)`.
+    pub row: u32,
+    /// ∂θ per (token, angle) `(C, Na)`.
+    pub dth: u32,
+    /// θ part of ∂Δ per (token, angle) `(C, Na)`.
+    pub dtha: u32,
+    /// Reverse running sums of ∂θ `(Na)`.
+    pub suffix: u32,
+    /// ∂q_bias, ∂k_bias `(2, R, N)`.
+    pub acc_qk: u32,
+    /// ∂mimo_v `(R, P)`.
+    pub acc_mv: u32,
+    /// Per-warp output-stage partials: ∂mimo_o, ∂mimo_z, ∂norm weight, ∂D `(warps, 4, P)`.
+    pub acc_w: u32,
+    /// Block-reduction partials and carried scalars `(32)`.
+    pub misc: u32,
+    /// Total words.
+    pub total: u32,
+}
+
+/// Per-token scalar arrays of the chunked backward (each `C` words, see [`BackwardChunkedSmem::tok`]).
+pub const BACKWARD_TOKEN_SCALARS: u32 = 12;
+
+impl BackwardChunkedSmem {
+    /// The layout for `c` tokens per chunk, rank `r`, state size `n`, head dim `p`, `na` angles.
+    pub const fn new(c: u32, r: u32, n: u32, p: u32, na: u32) -> Self {
+        let m = c * r;
+        let (sn, sp, sm) = (n + 1, p + 1, m + 1);
+        let qh = 0;
+        let kh = qh + m * sn;
+        let x = kh + m * sn;
+        let dl = x + m * sp;
+        let hs = dl + m * sp;
+        let hs_len = if p * sn > m * sp { p * sn } else { m * sp };
+        let g = hs + hs_len;
+        let sc = g + p * sn;
+        let ds = sc + m * sm;
+        let ds_len = if sm > sp { m * sm } else { m * sp };
+        let wt = ds + ds_len;
+        let et = wt + c * c;
+        let pm = et + c * c;
+        let tok = pm + c * c;
+        let row = tok + BACKWARD_TOKEN_SCALARS * c;
+        let dth = row + (1 + n.div_ceil(128)) * m;
+        let dtha = dth + c * na;
+        let suffix = dtha + c * na;
+        let acc_qk = suffix + na;
+        let acc_mv = acc_qk + 2 * r * n;
+        let acc_w = acc_mv + r * p;
+        let misc = acc_w + (BACKWARD_THREADS / 32) * 4 * p;
+        let total = misc + 32;
+        BackwardChunkedSmem {
+            chunk: c,
+            rows: m,
+            sn,
+            sp,
+            sm,
+            qh,
+            kh,
+            x,
+            dl,
+            hs,
+            g,
+            sc,
+            ds,
+            wt,
+            et,
+            pm,
+            tok,
+            row,
+            dth,
+            dtha,
+            suffix,
+            acc_qk,
+            acc_mv,
+            acc_w,
+            misc,
+            total,
+        }
+    }
+
+    /// Size in bytes.
+    pub const fn bytes(&self) -> u32 {
+        4 * self.total
+    }
+}
+
+/// Dynamic shared memory of the chunked backward kernel in bytes for `c` tokens per chunk;
+/// `u64::MAX` when a size is too large for the layout's 32-bit offsets.
+pub const fn backward_chunked_smem_bytes(c: u64, r: u64, n: u64, p: u64, na: u64) -> u64 {
+    const LIMIT: u64 = 1 << 12;
+    if c > LIMIT || r > LIMIT || n > LIMIT || p > LIMIT || na > LIMIT {
+        return u64::MAX;
+    }
+    BackwardChunkedSmem::new(c as u32, r as u32, n as u32, p as u32, na as u32).bytes() as u64
+}

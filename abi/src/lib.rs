@@ -24,8 +24,9 @@ pub mod rotation {
 
 pub mod backward;
 pub use backward::{
-    backward_smem_bytes, BackwardParams, BackwardSlots, BackwardSmem, BackwardWorkspace,
-    BACKWARD_THREADS,
+    backward_chunked_smem_bytes, backward_smem_bytes, BackwardChunkedSmem, BackwardParams,
+    BackwardSlots, BackwardSmem, BackwardWorkspace, BACKWARD_CHUNK_ROWS, BACKWARD_THREADS,
+    BACKWARD_TOKEN_SCALARS,
 };
 
 /// Warps per block of the decode kernel.

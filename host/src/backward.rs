@@ -4,12 +4,15 @@
 //! * [`backward`]: validates, then enqueues two kernels ([`dispatch_paths`]) on the caller's
 //!   stream, writing into caller-provided gradient buffers ([`GradientsMut`]) and a caller-provided
 //!   f32 workspace of [`workspace_len`] elements; it never allocates or synchronizes.
+//!   [`backward_with_path`] pins the per-head kernel ([`BackwardPath`]).
 //! * [`backward_alloc`] allocates the gradients and the workspace for you.
 //! * [`validate_backward`]: every rule, as a pure function of the config and buffer lengths.
 //!
-//! The config is the forward's [`ForwardConfig`]; its `chunk_size` is used as the segment length
-//! L between the state checkpoints of the backward (any L ≥ 1; memory ≈ (⌈S/L⌉ + L)·P·N f32 per
-//! (b, h), smallest near L = √S).
+//! Two per-head kernels ([`BackwardPath`]): the chunked one (`backward_chunked_*`, R ∈ {1, 2, 4,
+//! 8}, P ≤ 256, chunks of [`chunked_tokens`] tokens, memory ⌈S/C⌉·P·N f32 per (b, h) of carried
+//! states) whenever the geometry allows it and the device holds its shared memory, else the
+//! token-serial one (`backward_head_*`), for which the config's `chunk_size` is the segment length
+//! L between state checkpoints (any L ≥ 1; memory ≈ (⌈S/L⌉ + L)·P·N f32 per (b, h)).
 //!
 //! Gradient layouts are the inputs' layouts ([`forward`](crate::forward) module docs); dq, dk, dv,
 //! dz and dtrap have the activation type `T`, every other gradient is f32. dq and dk are summed
@@ -27,17 +30,21 @@
 //! fixed order, the per-head q/k gradients and per-(b, h) parameter partials are reduced by a
 //! second kernel in head / batch order. Repeated runs are bitwise identical.
 //!
-//! # Limits and cost (first version)
-//! The forward's limits, and the per-head kernel's shared memory
-//! ([`backward_shared_memory_bytes`], ≈ 4·(2·P·(N+1) + 9·R·(N+P) + …) bytes) within the device's
-//! opt-in maximum ([`Error::SharedMemory`] otherwise). Tokens are walked serially per (b, h)
-//! with f32 FMA loops: correct and deterministic, not yet fast (see `notes/backward.md`).
+//! # Limits and cost
+//! The forward's limits, and the per-head kernel's shared memory within the device's opt-in
+//! maximum ([`Error::SharedMemory`] otherwise): [`chunked_shared_memory_bytes`] for the chunked
+//! kernel, [`backward_shared_memory_bytes`] (≈ 4·(2·P·(N+1) + 9·R·(N+P) + …) bytes) for the
+//! token-serial one. Both run one block per (b, h) with f32 FMA products (no tensor cores yet;
+//! see `notes/backward.md`).
 
 use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
     LaunchConfig, SyncOnDrop,
 };
-use mamba3_abi::{backward_smem_bytes, BackwardParams, BackwardWorkspace, BACKWARD_THREADS};
+use mamba3_abi::{
+    backward_chunked_smem_bytes, backward_smem_bytes, BackwardParams, BackwardWorkspace,
+    BACKWARD_CHUNK_ROWS, BACKWARD_THREADS,
+};
 
 use crate::config::{Activation, Dtype, OutputMode};
 use crate::device::Gpu;
@@ -193,10 +200,75 @@ impl<T> Gradients<T> {
     }
 }
 
-/// The workspace regions of `config` (f32 elements each), `None` when a size overflows.
-fn workspace_parts(config: &ForwardConfig) -> Option<BackwardWorkspace> {
+/// The per-head backward kernel of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackwardPath {
+    /// `backward_chunked_*`: a reverse sweep over chunks of [`chunked_tokens`] tokens with the
+    /// state adjoint carried between chunks (R ∈ {1, 2, 4, 8}, P ≤ 256).
+    Chunked,
+    /// `backward_head_*`: a reverse sweep token by token, segments of `chunk_size` tokens
+    /// between state checkpoints (every geometry).
+    TokenSerial,
+}
+
+/// Shared memory the chunked layout may use when [`chunked_tokens`] picks the chunk length:
+/// the opt-in maximum of sm_90 (H100, H200). On a device with less, [`backward`] runs the
+/// token-serial kernel (the workspace covers both).
+pub const CHUNKED_SHARED_MEMORY_BUDGET: u64 = 232_448;
+
+/// Tokens per chunk of the chunked kernel for `config`: `M/R` for the largest M ∈ {64, 32, 16}
+/// rows whose layout fits [`CHUNKED_SHARED_MEMORY_BUDGET`]; `None` when the geometry is outside
+/// the kernel (R ∉ {1, 2, 4, 8}, P > 256, Na > 256) or no M fits.
+pub fn chunked_tokens(config: &ForwardConfig) -> Option<usize> {
+    let r = config.rank;
+    if !matches!(r, 1 | 2 | 4 | 8) || config.head_dim > 256 || config.num_angles > 256 {
+        return None;
+    }
+    let mut rows = BACKWARD_CHUNK_ROWS as usize;
+    while rows >= 16 {
+        if rows >= r && chunked_smem(config, rows / r) <= CHUNKED_SHARED_MEMORY_BUDGET {
+            return Some(rows / r);
+        }
+        rows /= 2;
+    }
+    None
+}
+
+fn chunked_smem(config: &ForwardConfig, chunk: usize) -> u64 {
     let u = |x: usize| x as u64;
-    let ws = BackwardWorkspace::new(
+    backward_chunked_smem_bytes(
+        u(chunk),
+        u(config.rank),
+        u(config.state_dim),
+        u(config.head_dim),
+        u(config.num_angles),
+    )
+}
+
+/// Dynamic shared memory of the chunked backward kernel for `config` in bytes (`None` when the
+/// geometry is outside the kernel).
+pub fn chunked_shared_memory_bytes(config: &ForwardConfig) -> Option<u64> {
+    chunked_tokens(config).map(|c| chunked_smem(config, c))
+}
+
+/// The per-head kernel [`backward`] runs for `config` on a device whose opt-in shared memory is
+/// `max_shared_memory` bytes.
+pub fn backward_path(config: &ForwardConfig, max_shared_memory: usize) -> BackwardPath {
+    match chunked_shared_memory_bytes(config) {
+        Some(b) if b <= max_shared_memory as u64 => BackwardPath::Chunked,
+        _ => BackwardPath::TokenSerial,
+    }
+}
+
+/// The workspace regions of `config` on `path` (f32 elements each), `None` when a size
+/// overflows or the path does not take the geometry.
+fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<BackwardWorkspace> {
+    let u = |x: usize| x as u64;
+    let seg_len = match path {
+        BackwardPath::Chunked => chunked_tokens(config)?,
+        BackwardPath::TokenSerial => config.chunk_size,
+    };
+    let mut ws = BackwardWorkspace::new(
         u(config.batch),
         u(config.seq_len),
         u(config.rank),
@@ -204,23 +276,28 @@ fn workspace_parts(config: &ForwardConfig) -> Option<BackwardWorkspace> {
         u(config.state_dim),
         u(config.head_dim),
         u(config.num_angles),
-        u(config.chunk_size),
+        u(seg_len),
     );
+    if path == BackwardPath::Chunked {
+        ws.seg = 0;
+    }
     let total = [ws.ckpt, ws.seg, ws.cs, ws.dqkh, ws.dqkh, ws.slots]
         .iter()
         .try_fold(0u64, |a, &x| a.checked_add(x))?;
     (total < u64::MAX / 8 && usize::try_from(total).is_ok()).then_some(ws)
 }
 
-/// f32 elements of the workspace [`backward`] needs for `config` (checkpoints, one segment of
-/// states, cos/sin of every θ, per-head q/k gradients, per-(b, h) parameter partials); `None`
-/// when a size overflows `usize`.
+/// f32 elements of the workspace [`backward`] needs for `config` on either path (state
+/// checkpoints, cos/sin of every θ, per-head q/k gradients, per-(b, h) parameter partials);
+/// `None` when a size overflows `usize`.
 pub fn workspace_len(config: &ForwardConfig) -> Option<usize> {
-    let ws = workspace_parts(config)?;
-    usize::try_from(ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.slots).ok()
+    let total = |ws: BackwardWorkspace| ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.slots;
+    let serial = total(workspace_parts(config, BackwardPath::TokenSerial)?);
+    let chunked = workspace_parts(config, BackwardPath::Chunked).map_or(0, total);
+    usize::try_from(serial.max(chunked)).ok()
 }
 
-/// Dynamic shared memory of the per-head backward kernel for `config`, in bytes (saturating).
+/// Dynamic shared memory of the token-serial backward kernel for `config`, in bytes (saturating).
 pub fn backward_shared_memory_bytes(config: &ForwardConfig) -> u64 {
     let u = |x: usize| x as u64;
     backward_smem_bytes(
@@ -348,21 +425,31 @@ pub fn validate_backward(
     Ok(())
 }
 
-/// The compiled (per-head, reduce) kernels for an activation dtype.
-fn kernels_for(dtype: Dtype) -> (Kernel, Kernel) {
-    match dtype {
-        Dtype::F32 => (Kernel::BackwardHeadF32, Kernel::BackwardReduceF32),
-        Dtype::Bf16 => (Kernel::BackwardHeadBf16, Kernel::BackwardReduceBf16),
+/// The compiled (per-head, reduce) kernels for an activation dtype and path.
+fn kernels_for(dtype: Dtype, path: BackwardPath) -> (Kernel, Kernel) {
+    match (dtype, path) {
+        (Dtype::F32, BackwardPath::Chunked) => {
+            (Kernel::BackwardChunkedF32, Kernel::BackwardReduceF32)
+        }
+        (Dtype::F32, BackwardPath::TokenSerial) => {
+            (Kernel::BackwardHeadF32, Kernel::BackwardReduceF32)
+        }
+        (Dtype::Bf16, BackwardPath::Chunked) => {
+            (Kernel::BackwardChunkedBf16, Kernel::BackwardReduceBf16)
+        }
+        (Dtype::Bf16, BackwardPath::TokenSerial) => {
+            (Kernel::BackwardHeadBf16, Kernel::BackwardReduceBf16)
+        }
     }
 }
 
-/// The kernels (PTX symbols, in launch order) that [`backward`] runs for `config`; empty when
-/// the config is invalid.
-pub fn dispatch_paths(config: &ForwardConfig) -> Vec<&'static str> {
+/// The kernels (PTX symbols, in launch order) that [`backward`] runs for `config` on a device
+/// with `max_shared_memory` bytes of opt-in shared memory; empty when the config is invalid.
+pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&'static str> {
     if crate::forward::validate_config(config).is_err() {
         return Vec::new();
     }
-    let (head, reduce) = kernels_for(config.dtype);
+    let (head, reduce) = kernels_for(config.dtype, backward_path(config, max_shared_memory));
     vec![head.symbol(), reduce.symbol()]
 }
 
@@ -386,6 +473,24 @@ pub fn backward<T: Activation>(
     gpu: &Gpu,
     stream: &CudaStream,
     config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    dout: &CudaView<'_, T>,
+    grads: &mut GradientsMut<'_, T>,
+    workspace: &mut CudaViewMut<'_, f32>,
+) -> Result<()> {
+    let path = backward_path(config, gpu.max_shared_memory_optin());
+    backward_with_path(gpu, stream, config, path, inputs, dout, grads, workspace)
+}
+
+/// [`backward`] on a chosen per-head kernel. [`BackwardPath::Chunked`] on a geometry outside that
+/// kernel is an [`Error::InvalidArgument`] naming `path`; one whose shared memory exceeds the
+/// device's is an [`Error::SharedMemory`].
+#[allow(clippy::too_many_arguments)]
+pub fn backward_with_path<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    path: BackwardPath,
     inputs: &ForwardInputs<'_, T>,
     dout: &CudaView<'_, T>,
     grads: &mut GradientsMut<'_, T>,
@@ -424,14 +529,26 @@ pub fn backward<T: Activation>(
         &grads.lens(),
         workspace.len(),
     )?;
-    let (head, reduce) = kernels_for(config.dtype);
-    let smem = backward_shared_memory_bytes(config);
+    let (head, reduce) = kernels_for(config.dtype, path);
+    let (smem, seg_len) = match path {
+        BackwardPath::TokenSerial => (backward_shared_memory_bytes(config), config.chunk_size),
+        BackwardPath::Chunked => {
+            let chunk = chunked_tokens(config).ok_or_else(|| {
+                Error::invalid(
+                    "path",
+                    "Chunked",
+                    "the chunked backward needs R ∈ {1, 2, 4, 8}, P ≤ 256 and Na ≤ 256",
+                )
+            })?;
+            (chunked_smem(config, chunk), chunk)
+        }
+    };
     let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
         kernel: head.symbol(),
         needed: usize::try_from(smem).unwrap_or(usize::MAX),
         max: gpu.max_shared_memory_optin(),
     })?;
-    let parts = workspace_parts(config).ok_or_else(|| {
+    let parts = workspace_parts(config, path).ok_or_else(|| {
         Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
     })?;
 
@@ -499,7 +616,7 @@ pub fn backward<T: Activation>(
         n: config.state_dim as u32,
         p: config.head_dim as u32,
         na: config.num_angles as u32,
-        seg_len: config.chunk_size as u32,
+        seg_len: seg_len as u32,
         mode: config.mode.code(),
         rotation: config.rotation.code(),
         norm_eps: config.norm_eps,

@@ -130,6 +130,10 @@ pub enum Kernel {
     BackwardHeadF32,
     /// Backward, per-(head, batch row) reverse sweep, bf16 activations.
     BackwardHeadBf16,
+    /// Backward by chunks, per-(head, batch row) reverse sweep over chunks, f32 activations.
+    BackwardChunkedF32,
+    /// Backward by chunks, per-(head, batch row) reverse sweep over chunks, bf16 activations.
+    BackwardChunkedBf16,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, f32.
     BackwardReduceF32,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, bf16.
@@ -138,7 +142,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 62] = [
+    pub const ALL: [Kernel; 64] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -199,6 +203,8 @@ impl Kernel {
         Kernel::SegmentCombineF32,
         Kernel::BackwardHeadF32,
         Kernel::BackwardHeadBf16,
+        Kernel::BackwardChunkedF32,
+        Kernel::BackwardChunkedBf16,
         Kernel::BackwardReduceF32,
         Kernel::BackwardReduceBf16,
     ];
@@ -274,6 +280,8 @@ impl Kernel {
             Kernel::SegmentCombineF32 => "segment_combine_f32",
             Kernel::BackwardHeadF32 => "backward_head_f32",
             Kernel::BackwardHeadBf16 => "backward_head_bf16",
+            Kernel::BackwardChunkedF32 => "backward_chunked_f32",
+            Kernel::BackwardChunkedBf16 => "backward_chunked_bf16",
             Kernel::BackwardReduceF32 => "backward_reduce_f32",
             Kernel::BackwardReduceBf16 => "backward_reduce_bf16",
         }

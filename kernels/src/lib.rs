@@ -10,6 +10,7 @@
 
 pub mod angles;
 pub mod arch;
+pub mod backward_chunked;
 pub mod backward_recurrent;
 pub mod decode;
 pub mod decode_rows;
@@ -23,6 +24,7 @@ pub mod math;
 pub mod primitives;
 pub mod segment_state;
 pub mod smem;
+pub mod tile_mac;
 pub mod warp_reduce;
 pub mod warp_scan;
 

@@ -408,6 +408,9 @@ pub mod arch {
             check_global(addr, 0, 4, true);
             unsafe { (addr as *mut f32).write(v) }
         }
+        pub unsafe fn prefetch_l2(addr: u64) {
+            let _ = addr;
+        }
         pub unsafe fn st_global_u32(addr: u64, v: u32) {
             check_global(addr, 0, 4, true);
             unsafe { (addr as *mut u32).write(v) }
@@ -523,6 +526,9 @@ pub mod arch {
             }
         }
         pub fn opaque_u32(x: u32) -> u32 {
+            std::hint::black_box(x)
+        }
+        pub fn fresh_u32(x: u32) -> u32 {
             std::hint::black_box(x)
         }
     }

@@ -145,3 +145,15 @@ pub fn fence_acq_rel_gpu() {
     // SAFETY: a fence touches no memory itself; the implicit memory clobber keeps accesses in place.
     unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
 }
+
+/// `prefetch.global.L2` (PTX ISA §9.7.9.15): brings the line holding `addr` into L2 without
+/// waiting for it or occupying a register, so a later load of it costs an L2 hit.
+///
+/// # Safety
+/// `addr` is a global address inside an allocation (a prefetch never faults, but the PTX
+/// contract asks for a valid address).
+#[inline(always)]
+pub unsafe fn prefetch_l2(addr: u64) {
+    // SAFETY: a prefetch reads nothing into the program and writes nothing.
+    unsafe { asm!("prefetch.global.L2 [{a}];", a = in(reg64) addr, options(nostack, readonly, preserves_flags)) };
+}

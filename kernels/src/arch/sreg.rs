@@ -243,6 +243,17 @@ pub fn opaque_u32(x: u32) -> u32 {
     y
 }
 
+/// `x` as its own instruction at each call (`mov.u32`, not `pure`): values derived from it are
+/// recomputed where they are used instead of being hoisted out of a long loop and held in
+/// registers across it (PTX ISA §9.7.9.1).
+#[inline(always)]
+pub fn fresh_u32(x: u32) -> u32 {
+    let y: u32;
+    // SAFETY: register move.
+    unsafe { asm!("mov.u32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(nomem, nostack)) };
+    y
+}
+
 /// `st.shared.v4.f32` at a shared-space address (PTX ISA §9.7.9.10).
 ///
 /// # Safety

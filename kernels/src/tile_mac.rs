@@ -1,0 +1,128 @@
+//! Small matrix products on shared-memory operands with plain FMA, for kernels whose products are
+//! too varied (transposed operands, per-element weights, causal bounds) for a fixed tensor-core
+//! layout.
+//!
+//! An output of `rows × cols` is cut into warp tiles of 4 rows × `32·CU` columns; lane `l` of a
+//! warp owns rows `row0 .. row0 + 4` and columns `strip + 32u + l` (`u < CU`). Consecutive lanes
+//! thus read consecutive columns of an operand whose column index is contiguous, and columns
+//! `stride` apart when it is not; callers pad such strides to an odd word count so that either
+//! walk hits 32 distinct banks. The four rows of a tile are the same for the whole warp, so the
+//! row operand's loads are broadcasts.
+
+use crate::arch::float::fma_rn;
+use crate::arch::sreg::ld_shared_f32;
+
+/// A matrix in shared memory: element `(i, k)` at byte address `base + 4·(i·s_i + k·s_k)`.
+///
+/// For the row operand `A` of a product, `i` is the output row; for the column operand `B`, `i`
+/// is the output column; `k` is the summed index in both.
+#[derive(Clone, Copy)]
+pub struct Operand {
+    /// Shared-space byte address of element (0, 0).
+    pub base: u32,
+    /// Stride of `i` in words.
+    pub s_i: u32,
+    /// Stride of `k` in words.
+    pub s_k: u32,
+}
+
+impl Operand {
+    /// The byte address of element `(i, k)`.
+    #[inline(always)]
+    pub fn at(&self, i: u32, k: u32) -> u32 {
+        self.base + 4 * (i * self.s_i + k * self.s_k)
+    }
+}
+
+/// One warp tile of an output: rows `rows` (clamped to the last valid row for loads; `row_ok`
+/// says which are real) and this lane's columns `cols` (clamped likewise, `col_ok`).
+#[derive(Clone, Copy)]
+pub struct Tile<const CU: usize> {
+    /// Output rows (clamped).
+    pub rows: [u32; 4],
+    /// Which rows lie inside the output.
+    pub row_ok: [bool; 4],
+    /// This lane's output columns (clamped).
+    pub cols: [u32; CU],
+    /// Which columns lie inside the output.
+    pub col_ok: [bool; CU],
+    /// Index of the tile's column strip.
+    pub strip: u32,
+}
+
+/// Calls `f` for every tile of warp `warp` (of `warps`) over a `rows × cols` output; tiles are
+/// dealt round-robin, so every lane of a warp sees the same tiles (warp-uniform control flow).
+#[inline(always)]
+pub fn for_each_tile<const CU: usize>(
+    rows: u32,
+    cols: u32,
+    warp: u32,
+    warps: u32,
+    lane: u32,
+    mut f: impl FnMut(&Tile<CU>),
+) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    let width = 32 * CU as u32;
+    let strips = cols.div_ceil(width);
+    let tiles = rows.div_ceil(4) * strips;
+    let mut ti = warp;
+    while ti < tiles {
+        let group = ti / strips;
+        let strip = ti - group * strips;
+        let mut tile = Tile {
+            rows: [0; 4],
+            row_ok: [false; 4],
+            cols: [0; CU],
+            col_ok: [false; CU],
+            strip,
+        };
+        for a in 0..4 {
+            let r = 4 * group + a as u32;
+            tile.row_ok[a] = r < rows;
+            tile.rows[a] = if r < rows { r } else { rows - 1 };
+        }
+        for u in 0..CU {
+            let c = strip * width + 32 * u as u32 + lane;
+            tile.col_ok[u] = c < cols;
+            tile.cols[u] = if c < cols { c } else { cols - 1 };
+        }
+        f(&tile);
+        ti += warps;
+    }
+}
+
+/// `acc[a][u] += Σ_{k ∈ ks} wa(row_a, k)·A(row_a, k) · wb(k)·B(col_u, k)`, k ascending (a
+/// fixed order: deterministic). `wa` and `wb` are per-element weights (return 1.0 for none; the
+/// multiply then folds away).
+///
+/// # Safety
+/// Every element the loop reads (the tile's clamped rows and columns, `k ∈ ks`) must lie inside
+/// the block's shared memory.
+#[inline(always)]
+pub unsafe fn mac<const CU: usize>(
+    acc: &mut [[f32; CU]; 4],
+    tile: &Tile<CU>,
+    a: Operand,
+    b: Operand,
+    ks: core::ops::Range<u32>,
+    wa: impl Fn(u32, u32) -> f32,
+    wb: impl Fn(u32) -> f32,
+) {
+    for k in ks {
+        // SAFETY: forwarded to the caller.
+        let av: [f32; 4] = core::array::from_fn(
+            |i| unsafe { ld_shared_f32(a.at(tile.rows[i], k)) } * wa(tile.rows[i], k),
+        );
+        let scale = wb(k);
+        // SAFETY: forwarded to the caller.
+        let bv: [f32; CU] =
+            core::array::from_fn(|u| unsafe { ld_shared_f32(b.at(tile.cols[u], k)) } * scale);
+        for (row, &x) in acc.iter_mut().zip(&av) {
+            for (c, &y) in row.iter_mut().zip(&bv) {
+                *c = fma_rn(x, y, *c);
+            }
+        }
+    }
+}
