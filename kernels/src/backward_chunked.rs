@@ -21,14 +21,22 @@
 //!   sum inside the chunk, `∂ε_{s+1} = ∂c_s` across the chunk boundary).
 //!
 //! Passes of [`backward_chunked`]:
-//! 1. **forward sweep** over the chunks: θ (f64 running sums, as the token-serial kernel; cos/sin
-//!    to the `cs` workspace) and the carried state `H̃` entering every chunk (the `ckpt`
-//!    workspace, one slot per chunk; slot 0 unused);
-//! 2. **reverse sweep**, chunk by chunk from the last, ten barrier-separated phases (see the
-//!    body): scores and inter outputs, the outputs y, the output-stage backward (δ, ∂z, the
-//!    mimo_o / mimo_z / norm / D partials), `Dₛ`, the pair scalars, ∂Q̂, ∂K̂ and ∂X, the adjoint
-//!    update with the inverse rotation and ∂v, the reverse running sum of ∂θ, the per-token
-//!    scalars. Products are [`crate::tile_mac`] FMA tiles on shared-memory operands.
+//! 1. **forward sweep** over the chunks ([`forward_sweep`]): θ (the angle increments of every
+//!    (token, angle) in parallel, f64 running sums by one thread per angle; cos/sin to the `cs`
+//!    workspace) and the carried state `H̃` entering every chunk (the `ckpt` workspace, one slot
+//!    per chunk; slot 0 unused);
+//! 2. **reverse sweep**, chunk by chunk from the last, thirteen barrier-separated phases (numbered
+//!    in the body): staging (q̂, k̂, x, H̃, the token scalars and pair tables), scores and inter
+//!    outputs, the outputs y, the output-stage backward (δ, the mimo_o / mimo_z / norm / D
+//!    partials), ∂z, `Dₛ`, the pair sums m, the weighting of `Dₛ` and the intra-chunk scalar
+//!    parts, ∂Q̂, ∂K̂ and ∂X, the adjoint update with the inverse rotation and ∂v, the bias /
+//!    mimo_v partials with the reverse running sum of ∂θ and the per-token ∂c, ∂A, ∂γ, and the
+//!    chain rule to ∂a, ∂Δ, ∂trap. Products are [`crate::tile_mac`] FMA tiles on shared-memory
+//!    operands; the next chunk's inputs are prefetched into L2 while the current one runs.
+//!
+//! Why FMA and not the tensor cores yet: the phases are latency-bound at one block of 8 warps per
+//! SM (the layout takes ~220 KB); a 3×TF32 `mma.m16n8k8` version of every product with scalar
+//! fragment loads measured 6% slower (`notes/backward.md`).
 //!
 //! Outputs are those of the token-serial kernel (`crate::backward_recurrent`): token gradients
 //! written directly, ∂q̃/∂k̃ per value head to `dqh`/`dkh`, parameter partials to this block's
