@@ -119,6 +119,22 @@ pub struct BackwardParams {
     pub reduce_blocks: u32,
 }
 
+impl BackwardParams {
+    /// Index in `dout` of element (b, t, r, h, p): the (B,S,R,H,P) element in prereduce mode, the
+    /// (B,S,H,P) one (every rank reads it) otherwise.
+    #[inline(always)]
+    pub const fn dout_index(&self, b: usize, t: usize, r: u32, h: usize, p: u32) -> usize {
+        let (s_len, heads, head_dim) =
+            (self.seq_len as usize, self.heads as usize, self.p as usize);
+        if self.mode == crate::output_mode::PREREDUCE {
+            (((b * s_len + t) * self.rank as usize + r as usize) * heads + h) * head_dim
+                + p as usize
+        } else {
+            ((b * s_len + t) * heads + h) * head_dim + p as usize
+        }
+    }
+}
+
 /// Offsets (f32 elements) of one (b, h)'s parameter-gradient partials in the `slots` workspace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackwardSlots {

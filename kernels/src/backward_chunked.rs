@@ -63,7 +63,7 @@ use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
 use crate::smem::{ld_shared_f64, st_shared_f64};
-use crate::tile_mac::{for_each_tile, mac, Operand, Tile};
+use crate::tile_mac::{for_each_tile, mac, product, product2, Operand, Term, Tile};
 use crate::warp_reduce;
 
 const T: u32 = BACKWARD_THREADS;
@@ -234,6 +234,12 @@ impl Cx {
     unsafe fn e(&self, t: u32, s: u32) -> f32 {
         // SAFETY: forwarded to the caller (t, s < C).
         unsafe { ld_shared_f32(self.sm(self.lay.et, t * self.c + s)) }
+    }
+
+    /// This thread's (warp, warps per block, lane), for the tile loops.
+    #[inline(always)]
+    fn warps(&self) -> (u32, u32, u32) {
+        (self.warp, WARPS, self.lane)
     }
 
     /// Operand view of a row-major region with row stride `stride`: `(i, k)` = element (i, k).
@@ -514,12 +520,7 @@ unsafe fn prefetch_chunk<X: Elem>(prm: &BackwardParams, cx: &Cx, c: usize, rever
                 )
             } else if kind < 3 * r + 2 {
                 let rr = kind - (2 * r + 2);
-                let i = if prm.mode == output_mode::PREREDUCE {
-                    (((cx.b * cx.s_len + t) * cx.r as usize + rr as usize) * cx.heads + cx.h)
-                        * cx.p as usize
-                } else {
-                    cx.vz(t, 0)
-                };
+                let i = prm.dout_index(cx.b, t, rr.min(dout_rows - 1), cx.h, 0);
                 (
                     prm.dout + esz * i as u64,
                     if rr < dout_rows && reverse {
@@ -668,20 +669,11 @@ unsafe fn token_scalars<X: Elem>(prm: &BackwardParams, cx: &Cx, t0: usize, len: 
     }
 }
 
-/// ∂L/∂out of (t, r, p): the (B,S,R,H,P) element in prereduce mode, else the (B,S,H,P) one.
+/// ∂L/∂out of (t, r, p) (see [`BackwardParams::dout_index`]).
 #[inline(always)]
 unsafe fn dout<X: Elem>(prm: &BackwardParams, cx: &Cx, t: usize, r: u32, pp: u32) -> f32 {
     // SAFETY: indices inside dout's layout.
-    unsafe {
-        if prm.mode == output_mode::PREREDUCE {
-            let i = (((cx.b * cx.s_len + t) * cx.r as usize + r as usize) * cx.heads + cx.h)
-                * cx.p as usize
-                + pp as usize;
-            X::load(prm.dout, i)
-        } else {
-            X::load(prm.dout, cx.vz(t, pp))
-        }
-    }
+    unsafe { X::load(prm.dout, prm.dout_index(cx.b, t, r, cx.h, pp)) }
 }
 
 /// ∂L/∂out and z of row `i` (chunk token `tt`), this lane's head-dim elements: loaded together,
@@ -908,29 +900,23 @@ unsafe fn forward_sweep<X: Elem>(prm: &BackwardParams) {
             fresh!(prm, cx, lay, m, n, p, r, tid);
             let decay = cx.ts(EA, len - 1);
             let slot = cx.ckpt(c + 1);
-            for_each_tile::<4>(p, n, cx.warp, WARPS, cx.lane, |tile| {
-                let mut acc = [[0.0f32; 4]; 4];
-                mac(
-                    &mut acc,
-                    tile,
-                    cx.cols(lay.x, lay.sp),
-                    cx.cols(lay.kh, lay.sn),
-                    0..m,
-                    |_, _| 1.0,
-                    |k| cx.ts(EE, cx.row_tok(k)),
-                );
-                for a in 0..4 {
-                    for u in 0..4 {
-                        if tile.row_ok[a] && tile.col_ok[u] {
-                            let (pp, nn) = (tile.rows[a], tile.cols[u]);
-                            let addr = cx.sm(lay.hs, pp * lay.sn + nn);
-                            let v = decay * ld_shared_f32(addr) + acc[a][u];
-                            st_shared_f32(addr, v);
-                            stg(prm.ckpt, slot + (pp * n + nn) as usize, v);
-                        }
-                    }
-                }
-            });
+            product::<4, _, _, _>(
+                (p, n),
+                cx.warps(),
+                &Term {
+                    a: cx.cols(lay.x, lay.sp),
+                    b: cx.cols(lay.kh, lay.sn),
+                    ks: |_: &Tile<4>| 0..m,
+                    wa: |_, _| 1.0,
+                    wb: |k| cx.ts(EE, cx.row_tok(k)),
+                },
+                |pp, nn, v| {
+                    let addr = cx.sm(lay.hs, pp * lay.sn + nn);
+                    let v = decay * ld_shared_f32(addr) + v;
+                    st_shared_f32(addr, v);
+                    stg(prm.ckpt, slot + (pp * n + nn) as usize, v);
+                },
+            );
             sync_threads();
             c += 1;
         }
@@ -1017,51 +1003,37 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             if c > 0 {
                 prefetch_chunk::<X>(prm, &cx, c - 1, true);
             }
-            for_each_tile::<2>(m, m, cx.warp, WARPS, cx.lane, |tile| {
-                let mut acc = [[0.0f32; 2]; 4];
-                mac(
-                    &mut acc,
-                    tile,
-                    cx.rows(lay.qh, lay.sn),
-                    cx.rows(lay.kh, lay.sn),
-                    0..n,
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    for u in 0..2 {
-                        if tile.row_ok[a] && tile.col_ok[u] {
-                            let (i, j) = (tile.rows[a], tile.cols[u]);
-                            let v = if cx.row_tok(j) <= cx.row_tok(i) {
-                                acc[a][u]
-                            } else {
-                                0.0
-                            };
-                            st_shared_f32(cx.sm(lay.sc, i * lay.sm + j), v);
-                        }
-                    }
-                }
-            });
-            for_each_tile::<2>(m, p, cx.warp, WARPS, cx.lane, |tile| {
-                let mut acc = [[0.0f32; 2]; 4];
-                mac(
-                    &mut acc,
-                    tile,
-                    cx.rows(lay.qh, lay.sn),
-                    cx.rows(lay.hs, lay.sn),
-                    0..n,
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    for u in 0..2 {
-                        if tile.row_ok[a] && tile.col_ok[u] {
-                            let (i, pp) = (tile.rows[a], tile.cols[u]);
-                            st_shared_f32(cx.sm(lay.ds, i * lay.sp + pp), acc[a][u]);
-                        }
-                    }
-                }
-            });
+            product::<2, _, _, _>(
+                (m, m),
+                cx.warps(),
+                &Term {
+                    a: cx.rows(lay.qh, lay.sn),
+                    b: cx.rows(lay.kh, lay.sn),
+                    ks: |_: &Tile<2>| 0..n,
+                    wa: |_, _| 1.0,
+                    wb: |_| 1.0,
+                },
+                |i, j, v| {
+                    let v = if cx.row_tok(j) <= cx.row_tok(i) {
+                        v
+                    } else {
+                        0.0
+                    };
+                    st_shared_f32(cx.sm(lay.sc, i * lay.sm + j), v);
+                },
+            );
+            product::<2, _, _, _>(
+                (m, p),
+                cx.warps(),
+                &Term {
+                    a: cx.rows(lay.qh, lay.sn),
+                    b: cx.rows(lay.hs, lay.sn),
+                    ks: |_: &Tile<2>| 0..n,
+                    wa: |_, _| 1.0,
+                    wb: |_| 1.0,
+                },
+                |i, pp, v| st_shared_f32(cx.sm(lay.ds, i * lay.sp + pp), v),
+            );
             let mut gh = 0.0f32;
             let mut e = tid;
             while e < p * n {
@@ -1079,30 +1051,24 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             if tid == 0 {
                 st_shared_f32(cx.sm(lay.misc, GH), block_total(&cx));
             }
-            for_each_tile::<2>(m, p, cx.warp, WARPS, cx.lane, |tile| {
-                let mut acc = [[0.0f32; 2]; 4];
-                mac(
-                    &mut acc,
-                    tile,
-                    cx.rows(lay.sc, lay.sm),
-                    cx.cols(lay.x, lay.sp),
-                    0..cx.causal_end(tile),
-                    |i, j| cx.w(cx.row_tok(i), cx.row_tok(j)),
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    for u in 0..2 {
-                        if tile.row_ok[a] && tile.col_ok[u] {
-                            let (i, pp) = (tile.rows[a], tile.cols[u]);
-                            let o = i * lay.sp + pp;
-                            let y = cx.ts(EA, cx.row_tok(i)) * ld_shared_f32(cx.sm(lay.ds, o))
-                                + acc[a][u]
-                                + cx.d_h * ld_shared_f32(cx.sm(lay.x, o));
-                            st_shared_f32(cx.sm(lay.dl, o), y);
-                        }
-                    }
-                }
-            });
+            product::<2, _, _, _>(
+                (m, p),
+                cx.warps(),
+                &Term {
+                    a: cx.rows(lay.sc, lay.sm),
+                    b: cx.cols(lay.x, lay.sp),
+                    ks: |tile: &Tile<2>| 0..cx.causal_end(tile),
+                    wa: |i, j| cx.w(cx.row_tok(i), cx.row_tok(j)),
+                    wb: |_| 1.0,
+                },
+                |i, pp, v| {
+                    let o = i * lay.sp + pp;
+                    let y = cx.ts(EA, cx.row_tok(i)) * ld_shared_f32(cx.sm(lay.ds, o))
+                        + v
+                        + cx.d_h * ld_shared_f32(cx.sm(lay.x, o));
+                    st_shared_f32(cx.sm(lay.dl, o), y);
+                },
+            );
             sync_threads();
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
@@ -1135,31 +1101,25 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 5: Dₛ = Δ·Xᵀ (raw, causal).
-            for_each_tile::<2>(m, m, cx.warp, WARPS, cx.lane, |tile| {
-                let mut acc = [[0.0f32; 2]; 4];
-                mac(
-                    &mut acc,
-                    tile,
-                    cx.rows(lay.dl, lay.sp),
-                    cx.rows(lay.x, lay.sp),
-                    0..p,
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    for u in 0..2 {
-                        if tile.row_ok[a] && tile.col_ok[u] {
-                            let (i, j) = (tile.rows[a], tile.cols[u]);
-                            let v = if cx.row_tok(j) <= cx.row_tok(i) {
-                                acc[a][u]
-                            } else {
-                                0.0
-                            };
-                            st_shared_f32(cx.sm(lay.ds, i * lay.sm + j), v);
-                        }
-                    }
-                }
-            });
+            product::<2, _, _, _>(
+                (m, m),
+                cx.warps(),
+                &Term {
+                    a: cx.rows(lay.dl, lay.sp),
+                    b: cx.rows(lay.x, lay.sp),
+                    ks: |_: &Tile<2>| 0..p,
+                    wa: |_, _| 1.0,
+                    wb: |_| 1.0,
+                },
+                |i, j, v| {
+                    let v = if cx.row_tok(j) <= cx.row_tok(i) {
+                        v
+                    } else {
+                        0.0
+                    };
+                    st_shared_f32(cx.sm(lay.ds, i * lay.sm + j), v);
+                },
+            );
             sync_threads();
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
@@ -1221,45 +1181,31 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 8: ∂Q̂ = diag(e^{A})·Δ·H̃ + (W ⊙ Dₛ)·K̂ to dqh.
-            for_each_tile::<4>(m, n, cx.warp, WARPS, cx.lane, |tile| {
-                let mut inter = [[0.0f32; 4]; 4];
-                let mut intra = [[0.0f32; 4]; 4];
-                mac(
-                    &mut inter,
-                    tile,
-                    cx.rows(lay.dl, lay.sp),
-                    cx.cols(lay.hs, lay.sn),
-                    0..p,
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                mac(
-                    &mut intra,
-                    tile,
-                    cx.rows(lay.ds, lay.sm),
-                    cx.cols(lay.kh, lay.sn),
-                    0..cx.causal_end(tile),
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    let i = tile.rows[a];
-                    if tile.row_ok[a] && i < valid {
+            product2::<4, _, _, _, _, _, _>(
+                (m, n),
+                cx.warps(),
+                &Term {
+                    a: cx.rows(lay.dl, lay.sp),
+                    b: cx.cols(lay.hs, lay.sn),
+                    ks: |_: &Tile<4>| 0..p,
+                    wa: |_, _| 1.0,
+                    wb: |_| 1.0,
+                },
+                &Term {
+                    a: cx.rows(lay.ds, lay.sm),
+                    b: cx.cols(lay.kh, lay.sn),
+                    ks: |tile: &Tile<4>| 0..cx.causal_end(tile),
+                    wa: |_, _| 1.0,
+                    wb: |_| 1.0,
+                },
+                |i, nn, inter, intra| {
+                    if i < valid {
                         let tt = cx.row_tok(i);
                         let dst = cx.qkh(t0 + tt as usize, i & (r - 1));
-                        let ea = cx.ts(EA, tt);
-                        for u in 0..4 {
-                            if tile.col_ok[u] {
-                                stg(
-                                    prm.dqh,
-                                    dst + tile.cols[u] as usize,
-                                    ea * inter[a][u] + intra[a][u],
-                                );
-                            }
-                        }
+                        stg(prm.dqh, dst + nn as usize, cx.ts(EA, tt) * inter + intra);
                     }
-                }
-            });
+                },
+            );
             sync_threads();
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
@@ -1314,68 +1260,52 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                     }
                 }
             });
-            for_each_tile::<2>(m, p, cx.warp, WARPS, cx.lane, |tile| {
-                let mut intra = [[0.0f32; 2]; 4];
-                let mut kg = [[0.0f32; 2]; 4];
-                mac(
-                    &mut intra,
-                    tile,
-                    cx.cols(lay.sc, lay.sm),
-                    cx.cols(lay.dl, lay.sp),
-                    cx.causal_start(tile)..m,
-                    |j, i| cx.w(cx.row_tok(i), cx.row_tok(j)),
-                    |_| 1.0,
-                );
-                mac(
-                    &mut kg,
-                    tile,
-                    cx.rows(lay.kh, lay.sn),
-                    cx.rows(lay.g, lay.sn),
-                    0..n,
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    let j = tile.rows[a];
+            product2::<2, _, _, _, _, _, _>(
+                (m, p),
+                cx.warps(),
+                &Term {
+                    a: cx.cols(lay.sc, lay.sm),
+                    b: cx.cols(lay.dl, lay.sp),
+                    ks: |tile: &Tile<2>| cx.causal_start(tile)..m,
+                    wa: |j, i| cx.w(cx.row_tok(i), cx.row_tok(j)),
+                    wb: |_| 1.0,
+                },
+                &Term {
+                    a: cx.rows(lay.kh, lay.sn),
+                    b: cx.rows(lay.g, lay.sn),
+                    ks: |_: &Tile<2>| 0..n,
+                    wa: |_, _| 1.0,
+                    wb: |_| 1.0,
+                },
+                |j, pp, intra, kg| {
                     let tt = cx.row_tok(j);
                     let coef = cx.ts(CKEY, tt) * cx.ts(EE, tt);
-                    for u in 0..2 {
-                        if tile.row_ok[a] && tile.col_ok[u] {
-                            let o = j * lay.sp + tile.cols[u];
-                            let dx = intra[a][u]
-                                + coef * kg[a][u]
-                                + cx.d_h * ld_shared_f32(cx.sm(lay.dl, o));
-                            st_shared_f32(cx.sm(lay.hs, o), dx);
-                        }
-                    }
-                }
-            });
+                    let o = j * lay.sp + pp;
+                    let dx = intra + coef * kg + cx.d_h * ld_shared_f32(cx.sm(lay.dl, o));
+                    st_shared_f32(cx.sm(lay.hs, o), dx);
+                },
+            );
             sync_threads();
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 10: G ← e^{A_e}·G + Σ_i e^{A_t} δ_i q̂_iᵀ; the inverse rotation of ∂q̂ / ∂k̂
             // with ∂θ; ∂v and ∂mimo_v.
             let decay = cx.ts(EA, len - 1);
-            for_each_tile::<4>(p, n, cx.warp, WARPS, cx.lane, |tile| {
-                let mut acc = [[0.0f32; 4]; 4];
-                mac(
-                    &mut acc,
-                    tile,
-                    cx.cols(lay.dl, lay.sp),
-                    cx.cols(lay.qh, lay.sn),
-                    0..valid,
-                    |_, i| cx.ts(EA, cx.row_tok(i)),
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    for u in 0..4 {
-                        if tile.row_ok[a] && tile.col_ok[u] {
-                            let addr = cx.sm(lay.g, tile.rows[a] * lay.sn + tile.cols[u]);
-                            st_shared_f32(addr, decay * ld_shared_f32(addr) + acc[a][u]);
-                        }
-                    }
-                }
-            });
+            product::<4, _, _, _>(
+                (p, n),
+                cx.warps(),
+                &Term {
+                    a: cx.cols(lay.dl, lay.sp),
+                    b: cx.cols(lay.qh, lay.sn),
+                    ks: |_: &Tile<4>| 0..valid,
+                    wa: |_, i| cx.ts(EA, cx.row_tok(i)),
+                    wb: |_| 1.0,
+                },
+                |pp, nn, v| {
+                    let addr = cx.sm(lay.g, pp * lay.sn + nn);
+                    st_shared_f32(addr, decay * ld_shared_f32(addr) + v);
+                },
+            );
             // One thread per (token, rotation pair): every rank of q and k, ∂θ of the pair.
             let half = n / 2;
             let mut e = tid;
@@ -1450,22 +1380,21 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 11: the bias and mimo_v partials of the chunk (one thread per element, tokens
             // in order).
-            let mut e = tid;
-            while e < 2 * r * n {
-                let second = e >= r * n;
-                let rn = if second { e - r * n } else { e };
-                let rr = rn / n;
-                let nn = rn - rr * n;
-                let src = if second { prm.dkh } else { prm.dqh };
-                let mut acc = 0.0f32;
-                let mut tt = 0;
-                while tt < len {
-                    acc += ldg(src, cx.qkh(t0 + tt as usize, rr) + nn as usize);
-                    tt += 1;
+            for (src, region) in [(prm.dqh, lay.acc_qk), (prm.dkh, lay.acc_qk + r * n)] {
+                let mut e = tid;
+                while e < r * n {
+                    let rr = e / n;
+                    let nn = e - rr * n;
+                    let mut acc = 0.0f32;
+                    let mut tt = 0;
+                    while tt < len {
+                        acc += ldg(src, cx.qkh(t0 + tt as usize, rr) + nn as usize);
+                        tt += 1;
+                    }
+                    let a = cx.sm(region, e);
+                    st_shared_f32(a, ld_shared_f32(a) + acc);
+                    e += T;
                 }
-                let a = cx.sm(lay.acc_qk, e);
-                st_shared_f32(a, ld_shared_f32(a) + acc);
-                e += T;
             }
             let mut e = tid;
             while e < r * p {

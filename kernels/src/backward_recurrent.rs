@@ -301,20 +301,11 @@ unsafe fn gate<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, r: u32, pp: u3
     }
 }
 
-/// ∂L/∂out of (t, r, p): the (B,S,R,H,P) element in prereduce mode, else the (B,S,H,P) one.
+/// ∂L/∂out of (t, r, p) (see [`BackwardParams::dout_index`]).
 #[inline(always)]
 unsafe fn dout<X: Elem>(prm: &BackwardParams, cx: &Ctx, t: usize, r: u32, pp: u32) -> f32 {
     // SAFETY: indices inside dout's layout.
-    unsafe {
-        if prm.mode == output_mode::PREREDUCE {
-            let i = (((cx.b * cx.s_len + t) * cx.r as usize + r as usize) * cx.heads + cx.h)
-                * cx.p as usize
-                + pp as usize;
-            X::load(prm.dout, i)
-        } else {
-            X::load(prm.dout, cx.vz_index(t, pp))
-        }
-    }
+    unsafe { X::load(prm.dout, prm.dout_index(cx.b, t, r, cx.h, pp)) }
 }
 
 /// Reverse step, phases a–b: `y = H_t q̂ + D x` (H_t in the state region), then the output-stage

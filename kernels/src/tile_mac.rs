@@ -126,3 +126,86 @@ pub unsafe fn mac<const CU: usize>(
         }
     }
 }
+
+/// One summed term of [`product`] / [`product2`]: `Σ_{k ∈ ks(tile)} wa(row, k)·A(row, k) ·
+/// wb(k)·B(col, k)` (see [`mac`]).
+#[derive(Clone, Copy)]
+pub struct Term<KS, WA, WB> {
+    /// Row operand.
+    pub a: Operand,
+    /// Column operand.
+    pub b: Operand,
+    /// The summed range for a tile (causal bounds depend on the tile's rows).
+    pub ks: KS,
+    /// Per-element weight of A.
+    pub wa: WA,
+    /// Per-k weight of B.
+    pub wb: WB,
+}
+
+/// The `rows × cols` product of one term over this warp's tiles (see [`for_each_tile`]): each
+/// element inside the output goes to `out(row, col, value)`.
+///
+/// # Safety
+/// As for [`mac`], for every tile.
+#[inline(always)]
+pub unsafe fn product<const CU: usize, KS, WA, WB>(
+    (rows, cols): (u32, u32),
+    (warp, warps, lane): (u32, u32, u32),
+    t: &Term<KS, WA, WB>,
+    mut out: impl FnMut(u32, u32, f32),
+) where
+    KS: Fn(&Tile<CU>) -> core::ops::Range<u32>,
+    WA: Fn(u32, u32) -> f32,
+    WB: Fn(u32) -> f32,
+{
+    for_each_tile::<CU>(rows, cols, warp, warps, lane, |tile| {
+        let mut acc = [[0.0f32; CU]; 4];
+        // SAFETY: forwarded to the caller.
+        unsafe { mac(&mut acc, tile, t.a, t.b, (t.ks)(tile), &t.wa, &t.wb) };
+        for (a, acc_a) in acc.iter().enumerate() {
+            for (u, v) in acc_a.iter().enumerate() {
+                if tile.row_ok[a] && tile.col_ok[u] {
+                    out(tile.rows[a], tile.cols[u], *v);
+                }
+            }
+        }
+    });
+}
+
+/// As [`product`] with two terms summed separately: `out(row, col, first, second)`.
+///
+/// # Safety
+/// As for [`mac`], for every tile and both terms.
+#[inline(always)]
+pub unsafe fn product2<const CU: usize, KS1, WA1, WB1, KS2, WA2, WB2>(
+    (rows, cols): (u32, u32),
+    (warp, warps, lane): (u32, u32, u32),
+    t1: &Term<KS1, WA1, WB1>,
+    t2: &Term<KS2, WA2, WB2>,
+    mut out: impl FnMut(u32, u32, f32, f32),
+) where
+    KS1: Fn(&Tile<CU>) -> core::ops::Range<u32>,
+    WA1: Fn(u32, u32) -> f32,
+    WB1: Fn(u32) -> f32,
+    KS2: Fn(&Tile<CU>) -> core::ops::Range<u32>,
+    WA2: Fn(u32, u32) -> f32,
+    WB2: Fn(u32) -> f32,
+{
+    for_each_tile::<CU>(rows, cols, warp, warps, lane, |tile| {
+        let mut first = [[0.0f32; CU]; 4];
+        let mut second = [[0.0f32; CU]; 4];
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            mac(&mut first, tile, t1.a, t1.b, (t1.ks)(tile), &t1.wa, &t1.wb);
+            mac(&mut second, tile, t2.a, t2.b, (t2.ks)(tile), &t2.wa, &t2.wb);
+        }
+        for a in 0..4 {
+            for u in 0..CU {
+                if tile.row_ok[a] && tile.col_ok[u] {
+                    out(tile.rows[a], tile.cols[u], first[a][u], second[a][u]);
+                }
+            }
+        }
+    });
+}
