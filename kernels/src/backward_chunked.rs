@@ -63,7 +63,7 @@ use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
 use crate::smem::{ld_shared_f64, st_shared_f64};
-use crate::tile_mac::{for_each_tile, mac, product, product2, Operand, Term, Tile};
+use crate::tile_mac::{for_each_tile, mac, plain, product, product2, Operand, Term, Tile};
 use crate::warp_reduce;
 
 const T: u32 = BACKWARD_THREADS;
@@ -234,6 +234,19 @@ impl Cx {
     unsafe fn e(&self, t: u32, s: u32) -> f32 {
         // SAFETY: forwarded to the caller (t, s < C).
         unsafe { ld_shared_f32(self.sm(self.lay.et, t * self.c + s)) }
+    }
+
+    /// Stores element (i, j) of an M×M token-pair region: `v` where row j's token is not after
+    /// row i's, else 0 (the causal mask).
+    #[inline(always)]
+    unsafe fn store_causal(&self, region: u32, i: u32, j: u32, v: f32) {
+        let v = if self.row_tok(j) <= self.row_tok(i) {
+            v
+        } else {
+            0.0
+        };
+        // SAFETY: forwarded to the caller (i, j < M).
+        unsafe { st_shared_f32(self.sm(region, i * self.lay.sm + j), v) };
     }
 
     /// This thread's (warp, warps per block, lane), for the tile loops.
@@ -1006,32 +1019,21 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             product::<2, _, _, _>(
                 (m, m),
                 cx.warps(),
-                &Term {
-                    a: cx.rows(lay.qh, lay.sn),
-                    b: cx.rows(lay.kh, lay.sn),
-                    ks: |_: &Tile<2>| 0..n,
-                    wa: |_, _| 1.0,
-                    wb: |_| 1.0,
-                },
-                |i, j, v| {
-                    let v = if cx.row_tok(j) <= cx.row_tok(i) {
-                        v
-                    } else {
-                        0.0
-                    };
-                    st_shared_f32(cx.sm(lay.sc, i * lay.sm + j), v);
-                },
+                &plain(
+                    cx.rows(lay.qh, lay.sn),
+                    cx.rows(lay.kh, lay.sn),
+                    |_: &Tile<2>| 0..n,
+                ),
+                |i, j, v| cx.store_causal(lay.sc, i, j, v),
             );
             product::<2, _, _, _>(
                 (m, p),
                 cx.warps(),
-                &Term {
-                    a: cx.rows(lay.qh, lay.sn),
-                    b: cx.rows(lay.hs, lay.sn),
-                    ks: |_: &Tile<2>| 0..n,
-                    wa: |_, _| 1.0,
-                    wb: |_| 1.0,
-                },
+                &plain(
+                    cx.rows(lay.qh, lay.sn),
+                    cx.rows(lay.hs, lay.sn),
+                    |_: &Tile<2>| 0..n,
+                ),
                 |i, pp, v| st_shared_f32(cx.sm(lay.ds, i * lay.sp + pp), v),
             );
             let mut gh = 0.0f32;
@@ -1104,21 +1106,12 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             product::<2, _, _, _>(
                 (m, m),
                 cx.warps(),
-                &Term {
-                    a: cx.rows(lay.dl, lay.sp),
-                    b: cx.rows(lay.x, lay.sp),
-                    ks: |_: &Tile<2>| 0..p,
-                    wa: |_, _| 1.0,
-                    wb: |_| 1.0,
-                },
-                |i, j, v| {
-                    let v = if cx.row_tok(j) <= cx.row_tok(i) {
-                        v
-                    } else {
-                        0.0
-                    };
-                    st_shared_f32(cx.sm(lay.ds, i * lay.sm + j), v);
-                },
+                &plain(
+                    cx.rows(lay.dl, lay.sp),
+                    cx.rows(lay.x, lay.sp),
+                    |_: &Tile<2>| 0..p,
+                ),
+                |i, j, v| cx.store_causal(lay.ds, i, j, v),
             );
             sync_threads();
 
@@ -1184,20 +1177,16 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             product2::<4, _, _, _, _, _, _>(
                 (m, n),
                 cx.warps(),
-                &Term {
-                    a: cx.rows(lay.dl, lay.sp),
-                    b: cx.cols(lay.hs, lay.sn),
-                    ks: |_: &Tile<4>| 0..p,
-                    wa: |_, _| 1.0,
-                    wb: |_| 1.0,
-                },
-                &Term {
-                    a: cx.rows(lay.ds, lay.sm),
-                    b: cx.cols(lay.kh, lay.sn),
-                    ks: |tile: &Tile<4>| 0..cx.causal_end(tile),
-                    wa: |_, _| 1.0,
-                    wb: |_| 1.0,
-                },
+                &plain(
+                    cx.rows(lay.dl, lay.sp),
+                    cx.cols(lay.hs, lay.sn),
+                    |_: &Tile<4>| 0..p,
+                ),
+                &plain(
+                    cx.rows(lay.ds, lay.sm),
+                    cx.cols(lay.kh, lay.sn),
+                    |tile: &Tile<4>| 0..cx.causal_end(tile),
+                ),
                 |i, nn, inter, intra| {
                     if i < valid {
                         let tt = cx.row_tok(i);
@@ -1270,13 +1259,11 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                     wa: |j, i| cx.w(cx.row_tok(i), cx.row_tok(j)),
                     wb: |_| 1.0,
                 },
-                &Term {
-                    a: cx.rows(lay.kh, lay.sn),
-                    b: cx.rows(lay.g, lay.sn),
-                    ks: |_: &Tile<2>| 0..n,
-                    wa: |_, _| 1.0,
-                    wb: |_| 1.0,
-                },
+                &plain(
+                    cx.rows(lay.kh, lay.sn),
+                    cx.rows(lay.g, lay.sn),
+                    |_: &Tile<2>| 0..n,
+                ),
                 |j, pp, intra, kg| {
                     let tt = cx.row_tok(j);
                     let coef = cx.ts(CKEY, tt) * cx.ts(EE, tt);

@@ -143,6 +143,22 @@ pub struct Term<KS, WA, WB> {
     pub wb: WB,
 }
 
+/// A [`Term`] without weights.
+#[inline(always)]
+pub fn plain<KS>(
+    a: Operand,
+    b: Operand,
+    ks: KS,
+) -> Term<KS, impl Fn(u32, u32) -> f32, impl Fn(u32) -> f32> {
+    Term {
+        a,
+        b,
+        ks,
+        wa: |_, _| 1.0,
+        wb: |_| 1.0,
+    }
+}
+
 /// The `rows × cols` product of one term over this warp's tiles (see [`for_each_tile`]): each
 /// element inside the output goes to `out(row, col, value)`.
 ///
