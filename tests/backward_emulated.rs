@@ -19,7 +19,7 @@ use mamba3_abi::{
 };
 
 use common::{geo, grad_err, letters, opts, quantize, worst_over};
-use emulation::{arch, elem, math, smem, warp_reduce, Memory};
+use emulation::{arch, elem, frag, math, smem, warp_reduce, Memory};
 
 #[path = "../kernels/src/angles.rs"]
 mod angles;
@@ -34,6 +34,9 @@ mod backward_chunked;
 
 #[path = "../kernels/src/tile_mac.rs"]
 mod tile_mac;
+
+#[path = "../kernels/src/tile_mma.rs"]
+mod tile_mma;
 
 /// Random ∂L/∂out in the output's layout, rounded to the activation type.
 fn random_dout(inp: &Mamba3Inputs, seed: u64, bf16: bool) -> Vec<f64> {
@@ -438,6 +441,22 @@ fn emulated_chunked_backward_matches_golden_on_small_geometries() {
             geo: geo(1, 5, 4, 1, 1, 6, 5, 2),
             seg_len: 2,
             opts: opts(Pairwise, Prereduce, true, true),
+            bf16: true,
+        },
+        // bf16 on the tensor-core products: rows over two 16-row tiles with a causal bound inside
+        // a 32-deep block, N over two 32-column strips, P over two 32-deep blocks, a tail chunk.
+        Case {
+            geo: geo(1, 11, 4, 1, 1, 40, 36, 3),
+            seg_len: 5,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: true,
+        },
+        // One 16-row group: the state-pass partials of eight warps per row, three column strips
+        // (N = 72, the last one partial), pairwise rotation, fused norm.
+        Case {
+            geo: geo(1, 9, 2, 1, 1, 72, 20, 4),
+            seg_len: 8,
+            opts: opts(Pairwise, FusedNorm, true, true),
             bf16: true,
         },
     ];

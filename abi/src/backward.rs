@@ -380,8 +380,8 @@ pub struct BackwardChunkedSmem {
     pub pm: u32,
     /// Per-token scalars, `TOKEN_SCALARS` arrays of C.
     pub tok: u32,
-    /// Per-row scalars: the inter-chunk part of ∂A, then the state-pass partials `x·G·k̂` per
-    /// 128-column strip of N `(1 + ⌈N/128⌉, M)`.
+    /// Per-row scalars: the inter-chunk part of ∂A, then the partials of the state-pass sums
+    /// `x·G·k̂` `(1 + backward_chunked_sp_slots(N, M), M)`.
     pub row: u32,
     /// ∂θ per (token, angle) `(C, Na)`.
     pub dth: u32,
@@ -404,6 +404,21 @@ pub struct BackwardChunkedSmem {
 /// Per-token scalar arrays of the chunked backward (each `C` words, see [`BackwardChunkedSmem::tok`]).
 pub const BACKWARD_TOKEN_SCALARS: u32 = 12;
 
+/// Partial sums of the state-pass terms `x·G·k̂` per row that the chunked backward keeps: one per
+/// 128-column strip of N (f32 activations, FMA tiles) or one per warp of a 16-row group
+/// (`WARPS / ⌈M/16⌉`, bf16 activations, tensor-core tiles), whichever is more.
+pub const fn backward_chunked_sp_slots(n: u32, m: u32) -> u32 {
+    let strips = n.div_ceil(128);
+    let groups = if m == 0 { 1 } else { m.div_ceil(16) };
+    let per_group = BACKWARD_THREADS / 32 / groups;
+    let per_group = if per_group == 0 { 1 } else { per_group };
+    if strips > per_group {
+        strips
+    } else {
+        per_group
+    }
+}
+
 impl BackwardChunkedSmem {
     /// The layout for `c` tokens per chunk, rank `r`, state size `n`, head dim `p`, `na` angles.
     pub const fn new(c: u32, r: u32, n: u32, p: u32, na: u32) -> Self {
@@ -424,7 +439,7 @@ impl BackwardChunkedSmem {
         let pm = et + c * c;
         let tok = pm + c * c;
         let row = tok + BACKWARD_TOKEN_SCALARS * c;
-        let dth = row + (1 + n.div_ceil(128)) * m;
+        let dth = row + (1 + backward_chunked_sp_slots(n, m)) * m;
         let dtha = dth + c * na;
         let suffix = dtha + c * na;
         let acc_qk = suffix + na;

@@ -31,12 +31,15 @@
 //!    partials), ∂z, `Dₛ`, the pair sums m, the weighting of `Dₛ` and the intra-chunk scalar
 //!    parts, ∂Q̂, ∂K̂ and ∂X, the adjoint update with the inverse rotation and ∂v, the bias /
 //!    mimo_v partials with the reverse running sum of ∂θ and the per-token ∂c, ∂A, ∂γ, and the
-//!    chain rule to ∂a, ∂Δ, ∂trap. Products are [`crate::tile_mac`] FMA tiles on shared-memory
-//!    operands; the next chunk's inputs are prefetched into L2 while the current one runs.
+//!    chain rule to ∂a, ∂Δ, ∂trap. The next chunk's inputs are prefetched into L2 while the
+//!    current one runs.
 //!
-//! Why FMA and not the tensor cores yet: the phases are latency-bound at one block of 8 warps per
-//! SM (the layout takes ~220 KB); a 3×TF32 `mma.m16n8k8` version of every product with scalar
-//! fragment loads measured 6% slower (`notes/backward.md`).
+//! Products work on f32 operands in shared memory: for bf16 activations on the tensor cores
+//! ([`crate::tile_mma`], each operand split into two bf16 parts, three `mma` per product: about
+//! 16 bits, 1.25× faster than the FMA tiles over the whole kernel), for f32 activations as
+//! [`crate::tile_mac`] FMA tiles, which hold float32 accuracy (a 3×TF32 version measured 6%
+//! slower than them: the phases are latency-bound at one block of 8 warps per SM; see
+//! `notes/backward.md`).
 //!
 //! Outputs are those of the token-serial kernel (`crate::backward_recurrent`): token gradients
 //! written directly, ∂q̃/∂k̃ per value head to `dqh`/`dkh`, parameter partials to this block's
@@ -63,7 +66,8 @@ use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
 use crate::smem::{ld_shared_f64, st_shared_f64};
-use crate::tile_mac::{for_each_tile, mac, plain, product, product2, Operand, Term, Tile};
+use crate::tile_mac::{self, for_each_tile, mac, plain, Operand, RowSpan, Term};
+use crate::tile_mma::{self, mma_mac, MmaTile};
 use crate::warp_reduce;
 
 const T: u32 = BACKWARD_THREADS;
@@ -278,14 +282,14 @@ impl Cx {
 
     /// One past the last row whose token is at most the token of the tile's last row.
     #[inline(always)]
-    fn causal_end<const CU: usize>(&self, tile: &Tile<CU>) -> u32 {
-        ((self.row_tok(tile.rows[3]) + 1) << self.rs).min(self.lay.rows)
+    fn causal_end(&self, span: RowSpan) -> u32 {
+        ((self.row_tok(span.last) + 1) << self.rs).min(self.lay.rows)
     }
 
     /// The first row of the token of the tile's first row.
     #[inline(always)]
-    fn causal_start<const CU: usize>(&self, tile: &Tile<CU>) -> u32 {
-        self.row_tok(tile.rows[0]) << self.rs
+    fn causal_start(&self, span: RowSpan) -> u32 {
+        self.row_tok(span.first) << self.rs
     }
 }
 
@@ -338,6 +342,85 @@ impl Cx {
                 0.0
             },
         }
+    }
+}
+
+/// Whether activations of type `X` take the products on the bf16 tensor cores
+/// ([`crate::tile_mma`]: operands rounded to bf16, as the bf16 forward rounds them) rather than
+/// the f32 FMA tiles ([`crate::tile_mac`], which hold float32 accuracy).
+#[inline(always)]
+const fn tensor_products<X: Elem>() -> bool {
+    X::BYTES == 2
+}
+
+/// [`tile_mac::product`] (tiles of 4 rows × 32·CU columns) or [`tile_mma::product`] (16 × 8·NB),
+/// by [`tensor_products`].
+///
+/// # Safety
+/// As for both.
+#[inline(always)]
+unsafe fn prod<X: Elem, const CU: usize, const NB: usize, KS, WA, WB>(
+    dims: (u32, u32),
+    warps: (u32, u32, u32),
+    t: &Term<KS, WA, WB>,
+    out: impl FnMut(u32, u32, f32),
+) where
+    KS: Fn(RowSpan) -> core::ops::Range<u32>,
+    WA: Fn(u32, u32) -> f32,
+    WB: Fn(u32) -> f32,
+{
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        if tensor_products::<X>() {
+            tile_mma::product::<NB, _, _, _>(dims, warps, t, out)
+        } else {
+            tile_mac::product::<CU, _, _, _>(dims, warps, t, out)
+        }
+    }
+}
+
+/// As [`prod`] for two terms ([`tile_mac::product2`] or [`tile_mma::product2`]).
+///
+/// # Safety
+/// As for both.
+#[allow(clippy::type_complexity)]
+#[inline(always)]
+unsafe fn prod2<X: Elem, const CU: usize, const NB: usize, KS1, WA1, WB1, KS2, WA2, WB2>(
+    dims: (u32, u32),
+    warps: (u32, u32, u32),
+    t1: &Term<KS1, WA1, WB1>,
+    t2: &Term<KS2, WA2, WB2>,
+    out: impl FnMut(u32, u32, f32, f32),
+) where
+    KS1: Fn(RowSpan) -> core::ops::Range<u32>,
+    WA1: Fn(u32, u32) -> f32,
+    WB1: Fn(u32) -> f32,
+    KS2: Fn(RowSpan) -> core::ops::Range<u32>,
+    WA2: Fn(u32, u32) -> f32,
+    WB2: Fn(u32) -> f32,
+{
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        if tensor_products::<X>() {
+            tile_mma::product2::<NB, _, _, _, _, _, _>(dims, warps, t1, t2, out)
+        } else {
+            tile_mac::product2::<CU, _, _, _, _, _, _>(dims, warps, t1, t2, out)
+        }
+    }
+}
+
+/// Column blocks of the tensor-core tiles of the ∂K̂ product.
+const SP_NB: usize = 4;
+
+/// How many partials of the state-pass sums `sp` phase 9 leaves per row: one per 128-column strip
+/// for the FMA tiles, one per warp of a 16-row group for the tensor-core tiles (the layout's `row`
+/// region holds [`mamba3_abi::backward_chunked_sp_slots`] of them).
+#[inline(always)]
+fn sp_slots<X: Elem>(m: u32, n: u32) -> u32 {
+    if tensor_products::<X>() {
+        WARPS / m.div_ceil(16)
+    } else {
+        n.div_ceil(128)
     }
 }
 
@@ -913,13 +996,13 @@ unsafe fn forward_sweep<X: Elem>(prm: &BackwardParams) {
             fresh!(prm, cx, lay, m, n, p, r, tid);
             let decay = cx.ts(EA, len - 1);
             let slot = cx.ckpt(c + 1);
-            product::<4, _, _, _>(
+            prod::<X, 4, 4, _, _, _>(
                 (p, n),
                 cx.warps(),
                 &Term {
                     a: cx.cols(lay.x, lay.sp),
                     b: cx.cols(lay.kh, lay.sn),
-                    ks: |_: &Tile<4>| 0..m,
+                    ks: |_: RowSpan| 0..m,
                     wa: |_, _| 1.0,
                     wb: |k| cx.ts(EE, cx.row_tok(k)),
                 },
@@ -1016,23 +1099,23 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             if c > 0 {
                 prefetch_chunk::<X>(prm, &cx, c - 1, true);
             }
-            product::<2, _, _, _>(
+            prod::<X, 2, 4, _, _, _>(
                 (m, m),
                 cx.warps(),
                 &plain(
                     cx.rows(lay.qh, lay.sn),
                     cx.rows(lay.kh, lay.sn),
-                    |_: &Tile<2>| 0..n,
+                    |_: RowSpan| 0..n,
                 ),
                 |i, j, v| cx.store_causal(lay.sc, i, j, v),
             );
-            product::<2, _, _, _>(
+            prod::<X, 2, 4, _, _, _>(
                 (m, p),
                 cx.warps(),
                 &plain(
                     cx.rows(lay.qh, lay.sn),
                     cx.rows(lay.hs, lay.sn),
-                    |_: &Tile<2>| 0..n,
+                    |_: RowSpan| 0..n,
                 ),
                 |i, pp, v| st_shared_f32(cx.sm(lay.ds, i * lay.sp + pp), v),
             );
@@ -1053,13 +1136,13 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             if tid == 0 {
                 st_shared_f32(cx.sm(lay.misc, GH), block_total(&cx));
             }
-            product::<2, _, _, _>(
+            prod::<X, 2, 4, _, _, _>(
                 (m, p),
                 cx.warps(),
                 &Term {
                     a: cx.rows(lay.sc, lay.sm),
                     b: cx.cols(lay.x, lay.sp),
-                    ks: |tile: &Tile<2>| 0..cx.causal_end(tile),
+                    ks: |span: RowSpan| 0..cx.causal_end(span),
                     wa: |i, j| cx.w(cx.row_tok(i), cx.row_tok(j)),
                     wb: |_| 1.0,
                 },
@@ -1103,13 +1186,13 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 5: Dₛ = Δ·Xᵀ (raw, causal).
-            product::<2, _, _, _>(
+            prod::<X, 2, 4, _, _, _>(
                 (m, m),
                 cx.warps(),
                 &plain(
                     cx.rows(lay.dl, lay.sp),
                     cx.rows(lay.x, lay.sp),
-                    |_: &Tile<2>| 0..p,
+                    |_: RowSpan| 0..p,
                 ),
                 |i, j, v| cx.store_causal(lay.ds, i, j, v),
             );
@@ -1174,18 +1257,18 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 8: ∂Q̂ = diag(e^{A})·Δ·H̃ + (W ⊙ Dₛ)·K̂ to dqh.
-            product2::<4, _, _, _, _, _, _>(
+            prod2::<X, 4, 4, _, _, _, _, _, _>(
                 (m, n),
                 cx.warps(),
                 &plain(
                     cx.rows(lay.dl, lay.sp),
                     cx.cols(lay.hs, lay.sn),
-                    |_: &Tile<4>| 0..p,
+                    |_: RowSpan| 0..p,
                 ),
                 &plain(
                     cx.rows(lay.ds, lay.sm),
                     cx.cols(lay.kh, lay.sn),
-                    |tile: &Tile<4>| 0..cx.causal_end(tile),
+                    |span: RowSpan| 0..cx.causal_end(span),
                 ),
                 |i, nn, inter, intra| {
                     if i < valid {
@@ -1199,70 +1282,163 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 9: ∂K̂ to dkh with the state-pass partials sp; ∂X into hs.
-            for_each_tile::<4>(m, n, cx.warp, WARPS, cx.lane, |tile| {
-                let mut intra = [[0.0f32; 4]; 4];
-                let mut xg = [[0.0f32; 4]; 4];
-                mac(
-                    &mut intra,
-                    tile,
-                    cx.cols(lay.ds, lay.sm),
-                    cx.cols(lay.qh, lay.sn),
-                    cx.causal_start(tile)..m,
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                mac(
-                    &mut xg,
-                    tile,
-                    cx.rows(lay.x, lay.sp),
-                    cx.cols(lay.g, lay.sn),
-                    0..p,
-                    |_, _| 1.0,
-                    |_| 1.0,
-                );
-                for a in 0..4 {
-                    let j = tile.rows[a];
-                    let tt = cx.row_tok(j);
-                    let coef = cx.ts(CKEY, tt) * cx.ts(EE, tt);
-                    let mut sp = 0.0f32;
-                    for u in 0..4 {
-                        if tile.col_ok[u] {
-                            sp +=
-                                xg[a][u] * ld_shared_f32(cx.sm(lay.kh, j * lay.sn + tile.cols[u]));
+            if tensor_products::<X>() {
+                // Warp w takes row group w mod G (G = ⌈M/16⌉) and every (WARPS/G)-th column
+                // strip from w div G, so its state-pass partials of a row sum over its strips in
+                // registers: one partial per (row, warp of the group), slot w div G.
+                let groups = m.div_ceil(16);
+                let per_group = WARPS / groups;
+                let (group, slot) = (cx.warp % groups, cx.warp / groups);
+                let strips = n.div_ceil(8 * SP_NB as u32);
+                let mut sp_half = [0.0f32; 2];
+                let mut strip = if slot < per_group { slot } else { strips };
+                while strip < strips {
+                    let tile = &MmaTile {
+                        row0: 16 * group,
+                        col0: strip * 8 * SP_NB as u32,
+                        rows: m,
+                        cols: n,
+                        strip,
+                    };
+                    strip += per_group;
+                    let mut intra = [[0.0f32; 4]; SP_NB];
+                    let mut xg = [[0.0f32; 4]; SP_NB];
+                    mma_mac(
+                        &mut intra,
+                        tile,
+                        cx.lane,
+                        cx.cols(lay.ds, lay.sm),
+                        cx.cols(lay.qh, lay.sn),
+                        cx.causal_start(tile.span())..m,
+                        |_, _| 1.0,
+                        |_| 1.0,
+                    );
+                    mma_mac(
+                        &mut xg,
+                        tile,
+                        cx.lane,
+                        cx.rows(lay.x, lay.sp),
+                        cx.cols(lay.g, lay.sn),
+                        0..p,
+                        |_, _| 1.0,
+                        |_| 1.0,
+                    );
+                    // Accumulator slots 2·half and 2·half + 1 hold row `g + 8·half`.
+                    for half in 0..2 {
+                        let (j, _, _) = tile.at(cx.lane, 0, 2 * half);
+                        let jc = j.min(m - 1);
+                        let tt = cx.row_tok(jc);
+                        let coef = cx.ts(CKEY, tt) * cx.ts(EE, tt);
+                        let mut sp = 0.0f32;
+                        for nb in 0..SP_NB {
+                            for s in 2 * half..2 * half + 2 {
+                                let (_, col, inside) = tile.at(cx.lane, nb, s);
+                                if inside {
+                                    sp +=
+                                        xg[nb][s] * ld_shared_f32(cx.sm(lay.kh, jc * lay.sn + col));
+                                }
+                            }
                         }
-                    }
-                    let sp = warp_reduce::sum(sp);
-                    if tile.row_ok[a] && j < valid {
-                        if cx.lane == 0 {
-                            st_shared_f32(cx.sm(lay.row, (1 + tile.strip) * m + j), sp);
-                        }
-                        let dst = cx.qkh(t0 + tt as usize, j & (r - 1));
-                        for u in 0..4 {
-                            if tile.col_ok[u] {
-                                stg(
-                                    prm.dkh,
-                                    dst + tile.cols[u] as usize,
-                                    intra[a][u] + coef * xg[a][u],
-                                );
+                        sp_half[half] += sp;
+                        if j < m && j < valid {
+                            let dst = cx.qkh(t0 + tt as usize, j & (r - 1));
+                            for nb in 0..SP_NB {
+                                for s in 2 * half..2 * half + 2 {
+                                    let (_, col, inside) = tile.at(cx.lane, nb, s);
+                                    if inside {
+                                        stg(
+                                            prm.dkh,
+                                            dst + col as usize,
+                                            intra[nb][s] + coef * xg[nb][s],
+                                        );
+                                    }
+                                }
                             }
                         }
                     }
                 }
-            });
-            product2::<2, _, _, _, _, _, _>(
+                if slot < per_group {
+                    for (half, v) in sp_half.iter().enumerate() {
+                        let sp = warp_reduce::quad_sum(*v);
+                        let (j, col, _) = MmaTile {
+                            row0: 16 * group,
+                            col0: 0,
+                            rows: m,
+                            cols: n,
+                            strip: 0,
+                        }
+                        .at(cx.lane, 0, 2 * half);
+                        if j < m && col == 0 {
+                            st_shared_f32(cx.sm(lay.row, (1 + slot) * m + j), sp);
+                        }
+                    }
+                }
+            } else {
+                for_each_tile::<4>(m, n, cx.warp, WARPS, cx.lane, |tile| {
+                    let mut intra = [[0.0f32; 4]; 4];
+                    let mut xg = [[0.0f32; 4]; 4];
+                    mac(
+                        &mut intra,
+                        tile,
+                        cx.cols(lay.ds, lay.sm),
+                        cx.cols(lay.qh, lay.sn),
+                        cx.causal_start(tile.span())..m,
+                        |_, _| 1.0,
+                        |_| 1.0,
+                    );
+                    mac(
+                        &mut xg,
+                        tile,
+                        cx.rows(lay.x, lay.sp),
+                        cx.cols(lay.g, lay.sn),
+                        0..p,
+                        |_, _| 1.0,
+                        |_| 1.0,
+                    );
+                    for a in 0..4 {
+                        let j = tile.rows[a];
+                        let tt = cx.row_tok(j);
+                        let coef = cx.ts(CKEY, tt) * cx.ts(EE, tt);
+                        let mut sp = 0.0f32;
+                        for u in 0..4 {
+                            if tile.col_ok[u] {
+                                sp += xg[a][u]
+                                    * ld_shared_f32(cx.sm(lay.kh, j * lay.sn + tile.cols[u]));
+                            }
+                        }
+                        let sp = warp_reduce::sum(sp);
+                        if tile.row_ok[a] && j < valid {
+                            if cx.lane == 0 {
+                                st_shared_f32(cx.sm(lay.row, (1 + tile.strip) * m + j), sp);
+                            }
+                            let dst = cx.qkh(t0 + tt as usize, j & (r - 1));
+                            for u in 0..4 {
+                                if tile.col_ok[u] {
+                                    stg(
+                                        prm.dkh,
+                                        dst + tile.cols[u] as usize,
+                                        intra[a][u] + coef * xg[a][u],
+                                    );
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+            prod2::<X, 2, 4, _, _, _, _, _, _>(
                 (m, p),
                 cx.warps(),
                 &Term {
                     a: cx.cols(lay.sc, lay.sm),
                     b: cx.cols(lay.dl, lay.sp),
-                    ks: |tile: &Tile<2>| cx.causal_start(tile)..m,
+                    ks: |span: RowSpan| cx.causal_start(span)..m,
                     wa: |j, i| cx.w(cx.row_tok(i), cx.row_tok(j)),
                     wb: |_| 1.0,
                 },
                 &plain(
                     cx.rows(lay.kh, lay.sn),
                     cx.rows(lay.g, lay.sn),
-                    |_: &Tile<2>| 0..n,
+                    |_: RowSpan| 0..n,
                 ),
                 |j, pp, intra, kg| {
                     let tt = cx.row_tok(j);
@@ -1278,13 +1454,13 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             // Phase 10: G ← e^{A_e}·G + Σ_i e^{A_t} δ_i q̂_iᵀ; the inverse rotation of ∂q̂ / ∂k̂
             // with ∂θ; ∂v and ∂mimo_v.
             let decay = cx.ts(EA, len - 1);
-            product::<4, _, _, _>(
+            prod::<X, 4, 4, _, _, _>(
                 (p, n),
                 cx.warps(),
                 &Term {
                     a: cx.cols(lay.dl, lay.sp),
                     b: cx.cols(lay.qh, lay.sn),
-                    ks: |_: &Tile<4>| 0..valid,
+                    ks: |_: RowSpan| 0..valid,
                     wa: |_, i| cx.ts(EA, cx.row_tok(i)),
                     wb: |_| 1.0,
                 },
@@ -1430,7 +1606,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                     let i = (t << cx.rs) + rr;
                     inter += ld_shared_f32(cx.sm(lay.row, i));
                     let mut s = 0;
-                    while s < n.div_ceil(128) {
+                    while s < sp_slots::<X>(m, n) {
                         sp += ld_shared_f32(cx.sm(lay.row, (1 + s) * m + i));
                         s += 1;
                     }

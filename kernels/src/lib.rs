@@ -25,6 +25,7 @@ pub mod primitives;
 pub mod segment_state;
 pub mod smem;
 pub mod tile_mac;
+pub mod tile_mma;
 pub mod warp_reduce;
 pub mod warp_scan;
 

@@ -34,6 +34,16 @@ impl Operand {
     }
 }
 
+/// The first and last output rows of a warp tile (clamped to the output): what a causal bound on
+/// a product's summed range depends on.
+#[derive(Clone, Copy)]
+pub struct RowSpan {
+    /// First row.
+    pub first: u32,
+    /// Last row.
+    pub last: u32,
+}
+
 /// One warp tile of an output: rows `rows` (clamped to the last valid row for loads; `row_ok`
 /// says which are real) and this lane's columns `cols` (clamped likewise, `col_ok`).
 #[derive(Clone, Copy)]
@@ -48,6 +58,17 @@ pub struct Tile<const CU: usize> {
     pub col_ok: [bool; CU],
     /// Index of the tile's column strip.
     pub strip: u32,
+}
+
+impl<const CU: usize> Tile<CU> {
+    /// The tile's first and last rows.
+    #[inline(always)]
+    pub fn span(&self) -> RowSpan {
+        RowSpan {
+            first: self.rows[0],
+            last: self.rows[3],
+        }
+    }
 }
 
 /// Calls `f` for every tile of warp `warp` (of `warps`) over a `rows × cols` output; tiles are
@@ -135,7 +156,7 @@ pub struct Term<KS, WA, WB> {
     pub a: Operand,
     /// Column operand.
     pub b: Operand,
-    /// The summed range for a tile (causal bounds depend on the tile's rows).
+    /// The summed range for a tile's rows (causal bounds depend on them).
     pub ks: KS,
     /// Per-element weight of A.
     pub wa: WA,
@@ -171,14 +192,14 @@ pub unsafe fn product<const CU: usize, KS, WA, WB>(
     t: &Term<KS, WA, WB>,
     mut out: impl FnMut(u32, u32, f32),
 ) where
-    KS: Fn(&Tile<CU>) -> core::ops::Range<u32>,
+    KS: Fn(RowSpan) -> core::ops::Range<u32>,
     WA: Fn(u32, u32) -> f32,
     WB: Fn(u32) -> f32,
 {
     for_each_tile::<CU>(rows, cols, warp, warps, lane, |tile| {
         let mut acc = [[0.0f32; CU]; 4];
         // SAFETY: forwarded to the caller.
-        unsafe { mac(&mut acc, tile, t.a, t.b, (t.ks)(tile), &t.wa, &t.wb) };
+        unsafe { mac(&mut acc, tile, t.a, t.b, (t.ks)(tile.span()), &t.wa, &t.wb) };
         for (a, acc_a) in acc.iter().enumerate() {
             for (u, v) in acc_a.iter().enumerate() {
                 if tile.row_ok[a] && tile.col_ok[u] {
@@ -201,10 +222,10 @@ pub unsafe fn product2<const CU: usize, KS1, WA1, WB1, KS2, WA2, WB2>(
     t2: &Term<KS2, WA2, WB2>,
     mut out: impl FnMut(u32, u32, f32, f32),
 ) where
-    KS1: Fn(&Tile<CU>) -> core::ops::Range<u32>,
+    KS1: Fn(RowSpan) -> core::ops::Range<u32>,
     WA1: Fn(u32, u32) -> f32,
     WB1: Fn(u32) -> f32,
-    KS2: Fn(&Tile<CU>) -> core::ops::Range<u32>,
+    KS2: Fn(RowSpan) -> core::ops::Range<u32>,
     WA2: Fn(u32, u32) -> f32,
     WB2: Fn(u32) -> f32,
 {
@@ -213,8 +234,24 @@ pub unsafe fn product2<const CU: usize, KS1, WA1, WB1, KS2, WA2, WB2>(
         let mut second = [[0.0f32; CU]; 4];
         // SAFETY: forwarded to the caller.
         unsafe {
-            mac(&mut first, tile, t1.a, t1.b, (t1.ks)(tile), &t1.wa, &t1.wb);
-            mac(&mut second, tile, t2.a, t2.b, (t2.ks)(tile), &t2.wa, &t2.wb);
+            mac(
+                &mut first,
+                tile,
+                t1.a,
+                t1.b,
+                (t1.ks)(tile.span()),
+                &t1.wa,
+                &t1.wb,
+            );
+            mac(
+                &mut second,
+                tile,
+                t2.a,
+                t2.b,
+                (t2.ks)(tile.span()),
+                &t2.wa,
+                &t2.wb,
+            );
         }
         for a in 0..4 {
             for u in 0..CU {

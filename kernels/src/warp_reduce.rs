@@ -13,6 +13,14 @@ pub fn sum(mut v: f32) -> f32 {
     v
 }
 
+/// Sum of `v` over the four lanes of each quad (lanes `4q .. 4q + 4`, the lanes that share a row
+/// of an `mma` accumulator); every lane of the quad gets it. Every lane must call it.
+#[inline(always)]
+pub fn quad_sum(v: f32) -> f32 {
+    let v = v + shfl_xor_f32(v, 1);
+    v + shfl_xor_f32(v, 2)
+}
+
 /// Sums each of `V` per-lane values over the 32 lanes (`V` a power of two ≤ 32) and returns, in
 /// lane `l`, the total of value `l / (32 / V)`. Every lane must call it.
 ///

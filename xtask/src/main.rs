@@ -120,6 +120,7 @@ fn stage(dir: PathBuf) -> Result<(), String> {
         .first()
         .ok_or("the benchmark binary was not built")?;
     copy_into(&dir.join("bench"), "kernels", bench_exe)?;
+    pack_binaries(&dir)?;
     std::fs::write(dir.join("run.sh"), RUN_SH).map_err(|e| format!("writing run.sh: {e}"))?;
     let size: u64 = walk_size(&dir);
     println!(
@@ -131,6 +132,31 @@ fn stage(dir: PathBuf) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// Packs the staged `tests/` and `bench/` folders into `binaries.tar.gz` (which `run.sh` unpacks
+/// into a temporary folder) and removes them: every binary embeds the PTX of all kernels, which
+/// compresses about tenfold, and the staged folder has to travel to the GPU machine.
+fn pack_binaries(dir: &Path) -> Result<(), String> {
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(dir.join(BINARIES_ARCHIVE))
+        .arg("-C")
+        .arg(dir)
+        .args(["tests", "bench"])
+        .status()
+        .map_err(|e| format!("running tar: {e}"))?;
+    if !status.success() {
+        return Err(format!("tar failed ({status})"));
+    }
+    for sub in ["tests", "bench"] {
+        let path = dir.join(sub);
+        std::fs::remove_dir_all(&path).map_err(|e| format!("removing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The archive of staged binaries (see [`pack_binaries`]).
+const BINARIES_ARCHIVE: &str = "binaries.tar.gz";
 
 fn walk_size(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
@@ -158,6 +184,10 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 logdir=${OUT:-$here/logs}
 mkdir -p "$logdir"
+# The binaries travel packed (each embeds every kernel's PTX); unpack them next to the logs' host.
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+tar -xzf "$here/binaries.tar.gz" -C "$bin" || { echo "cannot unpack $here/binaries.tar.gz"; exit 2; }
 export MAMBA3_REQUIRE_GPU=1
 sanitize=0 bench=0
 while [ $# -gt 0 ]; do
@@ -182,19 +212,19 @@ run_one() { # label, command...
   if [ $rc -ne 0 ]; then echo "[$label] exit code $rc; log tail:"; tail -n 30 "$log"; fi
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
-for t in "$here"/tests/*; do
+for t in "$bin"/tests/*; do
   run_one "$(basename "$t")" "$t" --test-threads=1 --nocapture
 done
 echo "GPU suite: $passed passed, $failed failed${broken:+ (broken:$broken)}"
 if [ $bench = 1 ]; then
-  "$here/bench/kernels" "$@" 2>&1 | tee "$logdir/bench.log"
+  "$bin/bench/kernels" "$@" 2>&1 | tee "$logdir/bench.log"
 fi
 suite_failed=$failed
 if [ $sanitize = 1 ]; then
   passed=0 failed=0 broken=""
   # Under the sanitizers, skip the full-size grids (hours of instrumented runtime) and draw fewer
   # random geometries; the small and random geometries exercise the same paths, tails and modes.
-  for t in "$here"/tests/*; do
+  for t in "$bin"/tests/*; do
     for tool in memcheck racecheck; do
       MAMBA3_PROPTEST_CASES=6 run_one "$(basename "$t")-$tool" compute-sanitizer --tool $tool --error-exitcode 99 \
         "$t" --test-threads=1 --nocapture --skip upstream_geometries --skip does_not_grow_with_sequence_length \
