@@ -113,6 +113,31 @@ impl<const NB: usize> Iterator for MmaTiles<NB> {
     }
 }
 
+/// The shared byte addresses of `L` lines (rows of A or columns of B) of an operand at depth 0,
+/// and the bytes per depth: a fragment load is then one add (none where the depth stride is a
+/// compile-time constant and the offset folds into the load).
+#[derive(Clone, Copy)]
+struct Lines<const L: usize> {
+    start: [u32; L],
+    depth_bytes: u32,
+}
+
+impl<const L: usize> Lines<L> {
+    #[inline(always)]
+    fn new(op: Operand, lines: [u32; L]) -> Self {
+        Lines {
+            start: lines.map(|i| op.at(i, 0)),
+            depth_bytes: 4 * op.s_k,
+        }
+    }
+
+    /// The address of depth `k` of line `l`.
+    #[inline(always)]
+    fn at(&self, l: usize, k: u32) -> u32 {
+        self.start[l] + k * self.depth_bytes
+    }
+}
+
 /// A pair of f32 as packed bf16 `hi` and the packed bf16 of the remainders `lo`.
 #[inline(always)]
 fn split_pair(x0: f32, x1: f32) -> (u32, u32) {
@@ -130,10 +155,9 @@ fn split_pair(x0: f32, x1: f32) -> (u32, u32) {
 #[inline(always)]
 unsafe fn step<const NB: usize, const MASKED: bool>(
     acc: &mut [[f32; 4]; NB],
-    (row_a, cols_b): ([u32; 2], [u32; NB]),
+    row_a: [u32; 2],
+    (at_a, at_b): (&Lines<2>, &Lines<NB>),
     k_lane: u32,
-    a: Operand,
-    b: Operand,
     ks: &core::ops::Range<u32>,
     wa: &impl Fn(u32, u32) -> f32,
     wb: &impl Fn(u32) -> f32,
@@ -149,7 +173,7 @@ unsafe fn step<const NB: usize, const MASKED: bool>(
     let load_a = |h: usize, j: u32| {
         let (k, inside) = depth(j);
         // SAFETY: forwarded to the caller; `k` is inside `ks`.
-        let v = unsafe { ld_shared_f32(a.at(row_a[h], k)) } * wa(row_a[h], k) * wb(k);
+        let v = unsafe { ld_shared_f32(at_a.at(h, k)) } * wa(row_a[h], k) * wb(k);
         if inside {
             v
         } else {
@@ -157,7 +181,7 @@ unsafe fn step<const NB: usize, const MASKED: bool>(
         }
     };
     // SAFETY: as above.
-    let load_b = |nb: usize, j: u32| unsafe { ld_shared_f32(b.at(cols_b[nb], depth(j).0)) };
+    let load_b = |nb: usize, j: u32| unsafe { ld_shared_f32(at_b.at(nb, depth(j).0)) };
     let a_pairs = [
         split_pair(load_a(0, 0), load_a(0, 1)),
         split_pair(load_a(1, 0), load_a(1, 1)),
@@ -202,17 +226,17 @@ pub unsafe fn mma_mac<const NB: usize>(
     let rows = [(tile.row0 + g).min(last), (tile.row0 + g + 8).min(last)];
     let cols: [u32; NB] =
         core::array::from_fn(|nb| (tile.col0 + 8 * nb as u32 + g).min(tile.cols - 1));
+    let at = (&Lines::new(a, rows), &Lines::new(b, cols));
     let mut kb = ks.start & !31;
     while kb < ks.end {
         // SAFETY: forwarded to the caller.
         unsafe {
-            let at = (rows, cols);
             if kb >= ks.start && kb + 32 <= ks.end {
-                step::<NB, false>(acc, at, kb + k8, a, b, &ks, &wa, &wb);
-                step::<NB, false>(acc, at, kb + k8 + 4, a, b, &ks, &wa, &wb);
+                step::<NB, false>(acc, rows, at, kb + k8, &ks, &wa, &wb);
+                step::<NB, false>(acc, rows, at, kb + k8 + 4, &ks, &wa, &wb);
             } else {
-                step::<NB, true>(acc, at, kb + k8, a, b, &ks, &wa, &wb);
-                step::<NB, true>(acc, at, kb + k8 + 4, a, b, &ks, &wa, &wb);
+                step::<NB, true>(acc, rows, at, kb + k8, &ks, &wa, &wb);
+                step::<NB, true>(acc, rows, at, kb + k8 + 4, &ks, &wa, &wb);
             }
         }
         kb += 32;
