@@ -64,10 +64,11 @@ use crate::arch::sreg::{
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
+use crate::frag::acc_m16n8;
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
 use crate::smem::{ld_shared_f64, st_shared_f64};
-use crate::tile_mac::{self, for_each_tile, mac, plain, Operand, RowSpan, Term};
-use crate::tile_mma::{self, mma_mac, MmaTile};
+use crate::tile_mac::{self, for_each_tile, mac_term, plain, Operand, RowSpan, Summed, Term};
+use crate::tile_mma::{self, mma_term, MmaTile};
 use crate::warp_reduce;
 
 const T: u32 = BACKWARD_THREADS;
@@ -359,22 +360,18 @@ const fn tensor_products<X: Elem>() -> bool {
 /// # Safety
 /// As for both.
 #[inline(always)]
-unsafe fn prod<X: Elem, const CU: usize, const NB: usize, KS, WA, WB>(
+unsafe fn prod<X: Elem, const CU: usize, const NB: usize>(
     dims: (u32, u32),
     warps: (u32, u32, u32),
-    t: &Term<KS, WA, WB>,
+    t: &impl Summed,
     out: impl FnMut(u32, u32, f32),
-) where
-    KS: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA: Fn(u32, u32) -> f32,
-    WB: Fn(u32) -> f32,
-{
+) {
     // SAFETY: forwarded to the caller.
     unsafe {
         if tensor_products::<X>() {
-            tile_mma::product::<NB, _, _, _>(dims, warps, t, out)
+            tile_mma::product::<NB>(dims, warps, t, out)
         } else {
-            tile_mac::product::<CU, _, _, _>(dims, warps, t, out)
+            tile_mac::product::<CU>(dims, warps, t, out)
         }
     }
 }
@@ -383,28 +380,20 @@ unsafe fn prod<X: Elem, const CU: usize, const NB: usize, KS, WA, WB>(
 ///
 /// # Safety
 /// As for both.
-#[allow(clippy::type_complexity)]
 #[inline(always)]
-unsafe fn prod2<X: Elem, const CU: usize, const NB: usize, KS1, WA1, WB1, KS2, WA2, WB2>(
+unsafe fn prod2<X: Elem, const CU: usize, const NB: usize>(
     dims: (u32, u32),
     warps: (u32, u32, u32),
-    t1: &Term<KS1, WA1, WB1>,
-    t2: &Term<KS2, WA2, WB2>,
+    t1: &impl Summed,
+    t2: &impl Summed,
     out: impl FnMut(u32, u32, f32, f32),
-) where
-    KS1: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA1: Fn(u32, u32) -> f32,
-    WB1: Fn(u32) -> f32,
-    KS2: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA2: Fn(u32, u32) -> f32,
-    WB2: Fn(u32) -> f32,
-{
+) {
     // SAFETY: forwarded to the caller.
     unsafe {
         if tensor_products::<X>() {
-            tile_mma::product2::<NB, _, _, _, _, _, _>(dims, warps, t1, t2, out)
+            tile_mma::product2::<NB>(dims, warps, t1, t2, out)
         } else {
-            tile_mac::product2::<CU, _, _, _, _, _, _>(dims, warps, t1, t2, out)
+            tile_mac::product2::<CU>(dims, warps, t1, t2, out)
         }
     }
 }
@@ -996,7 +985,7 @@ unsafe fn forward_sweep<X: Elem>(prm: &BackwardParams) {
             fresh!(prm, cx, lay, m, n, p, r, tid);
             let decay = cx.ts(EA, len - 1);
             let slot = cx.ckpt(c + 1);
-            prod::<X, 4, 4, _, _, _>(
+            prod::<X, 4, 4>(
                 (p, n),
                 cx.warps(),
                 &Term {
@@ -1099,7 +1088,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             if c > 0 {
                 prefetch_chunk::<X>(prm, &cx, c - 1, true);
             }
-            prod::<X, 2, 4, _, _, _>(
+            prod::<X, 2, 4>(
                 (m, m),
                 cx.warps(),
                 &plain(
@@ -1109,7 +1098,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                 ),
                 |i, j, v| cx.store_causal(lay.sc, i, j, v),
             );
-            prod::<X, 2, 4, _, _, _>(
+            prod::<X, 2, 4>(
                 (m, p),
                 cx.warps(),
                 &plain(
@@ -1136,7 +1125,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             if tid == 0 {
                 st_shared_f32(cx.sm(lay.misc, GH), block_total(&cx));
             }
-            prod::<X, 2, 4, _, _, _>(
+            prod::<X, 2, 4>(
                 (m, p),
                 cx.warps(),
                 &Term {
@@ -1186,7 +1175,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 5: Dₛ = Δ·Xᵀ (raw, causal).
-            prod::<X, 2, 4, _, _, _>(
+            prod::<X, 2, 4>(
                 (m, m),
                 cx.warps(),
                 &plain(
@@ -1257,7 +1246,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 8: ∂Q̂ = diag(e^{A})·Δ·H̃ + (W ⊙ Dₛ)·K̂ to dqh.
-            prod2::<X, 4, 4, _, _, _, _, _, _>(
+            prod2::<X, 4, 4>(
                 (m, n),
                 cx.warps(),
                 &plain(
@@ -1282,6 +1271,16 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 9: ∂K̂ to dkh with the state-pass partials sp; ∂X into hs.
+            let intra_term = plain(
+                cx.cols(lay.ds, lay.sm),
+                cx.cols(lay.qh, lay.sn),
+                |span: RowSpan| cx.causal_start(span)..m,
+            );
+            let xg_term = plain(
+                cx.rows(lay.x, lay.sp),
+                cx.cols(lay.g, lay.sn),
+                |_: RowSpan| 0..p,
+            );
             if tensor_products::<X>() {
                 // Warp w takes row group w mod G (G = ⌈M/16⌉) and every (WARPS/G)-th column
                 // strip from w div G, so its state-pass partials of a row sum over its strips in
@@ -1303,49 +1302,22 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                     strip += per_group;
                     let mut intra = [[0.0f32; 4]; SP_NB];
                     let mut xg = [[0.0f32; 4]; SP_NB];
-                    mma_mac(
-                        &mut intra,
-                        tile,
-                        cx.lane,
-                        cx.cols(lay.ds, lay.sm),
-                        cx.cols(lay.qh, lay.sn),
-                        cx.causal_start(tile.span())..m,
-                        |_, _| 1.0,
-                        |_| 1.0,
-                    );
-                    mma_mac(
-                        &mut xg,
-                        tile,
-                        cx.lane,
-                        cx.rows(lay.x, lay.sp),
-                        cx.cols(lay.g, lay.sn),
-                        0..p,
-                        |_, _| 1.0,
-                        |_| 1.0,
-                    );
+                    mma_term(&mut intra, tile, cx.lane, &intra_term);
+                    mma_term(&mut xg, tile, cx.lane, &xg_term);
                     // Accumulator slots 2·half and 2·half + 1 hold row `g + 8·half`.
-                    for half in 0..2 {
+                    for (half, sp) in sp_half.iter_mut().enumerate() {
                         let (j, _, _) = tile.at(cx.lane, 0, 2 * half);
                         let jc = j.min(m - 1);
                         let tt = cx.row_tok(jc);
                         let coef = cx.ts(CKEY, tt) * cx.ts(EE, tt);
-                        let mut sp = 0.0f32;
+                        let dst = cx.qkh(t0 + tt as usize, jc & (r - 1));
                         for nb in 0..SP_NB {
                             for s in 2 * half..2 * half + 2 {
                                 let (_, col, inside) = tile.at(cx.lane, nb, s);
                                 if inside {
-                                    sp +=
-                                        xg[nb][s] * ld_shared_f32(cx.sm(lay.kh, jc * lay.sn + col));
-                                }
-                            }
-                        }
-                        sp_half[half] += sp;
-                        if j < m && j < valid {
-                            let dst = cx.qkh(t0 + tt as usize, j & (r - 1));
-                            for nb in 0..SP_NB {
-                                for s in 2 * half..2 * half + 2 {
-                                    let (_, col, inside) = tile.at(cx.lane, nb, s);
-                                    if inside {
+                                    let kh = ld_shared_f32(cx.sm(lay.kh, jc * lay.sn + col));
+                                    *sp += xg[nb][s] * kh;
+                                    if j < valid {
                                         stg(
                                             prm.dkh,
                                             dst + col as usize,
@@ -1360,14 +1332,8 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                 if slot < per_group {
                     for (half, v) in sp_half.iter().enumerate() {
                         let sp = warp_reduce::quad_sum(*v);
-                        let (j, col, _) = MmaTile {
-                            row0: 16 * group,
-                            col0: 0,
-                            rows: m,
-                            cols: n,
-                            strip: 0,
-                        }
-                        .at(cx.lane, 0, 2 * half);
+                        let (row, col) = acc_m16n8(cx.lane, 2 * half as u32);
+                        let j = 16 * group + row;
                         if j < m && col == 0 {
                             st_shared_f32(cx.sm(lay.row, (1 + slot) * m + j), sp);
                         }
@@ -1377,24 +1343,8 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                 for_each_tile::<4>(m, n, cx.warp, WARPS, cx.lane, |tile| {
                     let mut intra = [[0.0f32; 4]; 4];
                     let mut xg = [[0.0f32; 4]; 4];
-                    mac(
-                        &mut intra,
-                        tile,
-                        cx.cols(lay.ds, lay.sm),
-                        cx.cols(lay.qh, lay.sn),
-                        cx.causal_start(tile.span())..m,
-                        |_, _| 1.0,
-                        |_| 1.0,
-                    );
-                    mac(
-                        &mut xg,
-                        tile,
-                        cx.rows(lay.x, lay.sp),
-                        cx.cols(lay.g, lay.sn),
-                        0..p,
-                        |_, _| 1.0,
-                        |_| 1.0,
-                    );
+                    mac_term(&mut intra, tile, &intra_term);
+                    mac_term(&mut xg, tile, &xg_term);
                     for a in 0..4 {
                         let j = tile.rows[a];
                         let tt = cx.row_tok(j);
@@ -1425,7 +1375,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                     }
                 });
             }
-            prod2::<X, 2, 4, _, _, _, _, _, _>(
+            prod2::<X, 2, 4>(
                 (m, p),
                 cx.warps(),
                 &Term {
@@ -1454,7 +1404,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             // Phase 10: G ← e^{A_e}·G + Σ_i e^{A_t} δ_i q̂_iᵀ; the inverse rotation of ∂q̂ / ∂k̂
             // with ∂θ; ∂v and ∂mimo_v.
             let decay = cx.ts(EA, len - 1);
-            prod::<X, 4, 4, _, _, _>(
+            prod::<X, 4, 4>(
                 (p, n),
                 cx.warps(),
                 &Term {

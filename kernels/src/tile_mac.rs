@@ -148,6 +148,30 @@ pub unsafe fn mac<const CU: usize>(
     }
 }
 
+/// [`mac`] of a [`Summed`] term over its range for the tile's rows.
+///
+/// # Safety
+/// As for [`mac`].
+#[inline(always)]
+pub unsafe fn mac_term<const CU: usize>(
+    acc: &mut [[f32; CU]; 4],
+    tile: &Tile<CU>,
+    t: &impl Summed,
+) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        mac(
+            acc,
+            tile,
+            t.a(),
+            t.b(),
+            t.ks(tile.span()),
+            |i, k| t.wa(i, k),
+            |k| t.wb(k),
+        )
+    }
+}
+
 /// One summed term of [`product`] / [`product2`]: `Σ_{k ∈ ks(tile)} wa(row, k)·A(row, k) ·
 /// wb(k)·B(col, k)` (see [`mac`]).
 #[derive(Clone, Copy)]
@@ -162,6 +186,49 @@ pub struct Term<KS, WA, WB> {
     pub wa: WA,
     /// Per-k weight of B.
     pub wb: WB,
+}
+
+/// What [`product`] and [`product2`] (and their tensor-core versions in [`crate::tile_mma`]) need
+/// of a summed term; implemented by [`Term`].
+pub trait Summed {
+    /// Row operand.
+    fn a(&self) -> Operand;
+    /// Column operand.
+    fn b(&self) -> Operand;
+    /// The summed range for a tile's rows.
+    fn ks(&self, rows: RowSpan) -> core::ops::Range<u32>;
+    /// Weight of A's element `(i, k)`.
+    fn wa(&self, i: u32, k: u32) -> f32;
+    /// Weight of B at depth `k`.
+    fn wb(&self, k: u32) -> f32;
+}
+
+impl<KS, WA, WB> Summed for Term<KS, WA, WB>
+where
+    KS: Fn(RowSpan) -> core::ops::Range<u32>,
+    WA: Fn(u32, u32) -> f32,
+    WB: Fn(u32) -> f32,
+{
+    #[inline(always)]
+    fn a(&self) -> Operand {
+        self.a
+    }
+    #[inline(always)]
+    fn b(&self) -> Operand {
+        self.b
+    }
+    #[inline(always)]
+    fn ks(&self, rows: RowSpan) -> core::ops::Range<u32> {
+        (self.ks)(rows)
+    }
+    #[inline(always)]
+    fn wa(&self, i: u32, k: u32) -> f32 {
+        (self.wa)(i, k)
+    }
+    #[inline(always)]
+    fn wb(&self, k: u32) -> f32 {
+        (self.wb)(k)
+    }
 }
 
 /// A [`Term`] without weights.
@@ -186,20 +253,16 @@ pub fn plain<KS>(
 /// # Safety
 /// As for [`mac`], for every tile.
 #[inline(always)]
-pub unsafe fn product<const CU: usize, KS, WA, WB>(
+pub unsafe fn product<const CU: usize>(
     (rows, cols): (u32, u32),
     (warp, warps, lane): (u32, u32, u32),
-    t: &Term<KS, WA, WB>,
+    t: &impl Summed,
     mut out: impl FnMut(u32, u32, f32),
-) where
-    KS: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA: Fn(u32, u32) -> f32,
-    WB: Fn(u32) -> f32,
-{
+) {
     for_each_tile::<CU>(rows, cols, warp, warps, lane, |tile| {
         let mut acc = [[0.0f32; CU]; 4];
         // SAFETY: forwarded to the caller.
-        unsafe { mac(&mut acc, tile, t.a, t.b, (t.ks)(tile.span()), &t.wa, &t.wb) };
+        unsafe { mac_term(&mut acc, tile, t) };
         for (a, acc_a) in acc.iter().enumerate() {
             for (u, v) in acc_a.iter().enumerate() {
                 if tile.row_ok[a] && tile.col_ok[u] {
@@ -215,43 +278,20 @@ pub unsafe fn product<const CU: usize, KS, WA, WB>(
 /// # Safety
 /// As for [`mac`], for every tile and both terms.
 #[inline(always)]
-pub unsafe fn product2<const CU: usize, KS1, WA1, WB1, KS2, WA2, WB2>(
+pub unsafe fn product2<const CU: usize>(
     (rows, cols): (u32, u32),
     (warp, warps, lane): (u32, u32, u32),
-    t1: &Term<KS1, WA1, WB1>,
-    t2: &Term<KS2, WA2, WB2>,
+    t1: &impl Summed,
+    t2: &impl Summed,
     mut out: impl FnMut(u32, u32, f32, f32),
-) where
-    KS1: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA1: Fn(u32, u32) -> f32,
-    WB1: Fn(u32) -> f32,
-    KS2: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA2: Fn(u32, u32) -> f32,
-    WB2: Fn(u32) -> f32,
-{
+) {
     for_each_tile::<CU>(rows, cols, warp, warps, lane, |tile| {
         let mut first = [[0.0f32; CU]; 4];
         let mut second = [[0.0f32; CU]; 4];
         // SAFETY: forwarded to the caller.
         unsafe {
-            mac(
-                &mut first,
-                tile,
-                t1.a,
-                t1.b,
-                (t1.ks)(tile.span()),
-                &t1.wa,
-                &t1.wb,
-            );
-            mac(
-                &mut second,
-                tile,
-                t2.a,
-                t2.b,
-                (t2.ks)(tile.span()),
-                &t2.wa,
-                &t2.wb,
-            );
+            mac_term(&mut first, tile, t1);
+            mac_term(&mut second, tile, t2);
         }
         for a in 0..4 {
             for u in 0..CU {

@@ -1,4 +1,4 @@
-//! The products of [`crate::tile_mac`] on the bf16 tensor cores: the same [`Term`]s on the same
+//! The products of [`crate::tile_mac`] on the bf16 tensor cores: the same [`Summed`] terms on the same
 //! f32 shared-memory operands, accumulated in f32 by `mma.m16n8k16`. Each weighted element `x` is
 //! split as it is loaded into `hi = bf16(x)` and `lo = bf16(x − hi)`, and a product takes three
 //! `mma`: `lo_A·hi_B + hi_A·lo_B + hi_A·hi_B` (the small terms first). That keeps about 16 bits
@@ -19,7 +19,7 @@ use crate::arch::float::pack_bf16x2;
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::ld_shared_f32;
 use crate::frag::{acc_m16n8, mma_k32_lane};
-use crate::tile_mac::{Operand, RowSpan, Term};
+use crate::tile_mac::{Operand, RowSpan, Summed};
 
 /// One warp tile: rows `row0 .. row0 + 16` and columns `col0 .. col0 + 8·NB` of an output of
 /// `rows × cols`.
@@ -243,38 +243,49 @@ pub unsafe fn mma_mac<const NB: usize>(
     }
 }
 
+/// [`mma_mac`] of a [`Summed`] term over its range for the tile's rows.
+///
+/// # Safety
+/// As for [`mma_mac`].
+#[inline(always)]
+pub unsafe fn mma_term<const NB: usize>(
+    acc: &mut [[f32; 4]; NB],
+    tile: &MmaTile,
+    lane: u32,
+    t: &impl Summed,
+) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        mma_mac(
+            acc,
+            tile,
+            lane,
+            t.a(),
+            t.b(),
+            t.ks(tile.span()),
+            |i, k| t.wa(i, k),
+            |k| t.wb(k),
+        )
+    }
+}
+
 /// The `rows × cols` product of one term over this warp's tiles (see [`MmaTiles`]):
 /// each element inside the output goes to `out(row, col, value)`.
 ///
 /// # Safety
 /// As for [`mma_mac`], for every tile.
 #[inline(always)]
-pub unsafe fn product<const NB: usize, KS, WA, WB>(
+pub unsafe fn product<const NB: usize>(
     (rows, cols): (u32, u32),
     (warp, warps, lane): (u32, u32, u32),
-    t: &Term<KS, WA, WB>,
+    t: &impl Summed,
     mut out: impl FnMut(u32, u32, f32),
-) where
-    KS: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA: Fn(u32, u32) -> f32,
-    WB: Fn(u32) -> f32,
-{
+) {
     for tile in MmaTiles::<NB>::new(rows, cols, warp, warps) {
         let tile = &tile;
         let mut acc = [[0.0f32; 4]; NB];
         // SAFETY: forwarded to the caller.
-        unsafe {
-            mma_mac(
-                &mut acc,
-                tile,
-                lane,
-                t.a,
-                t.b,
-                (t.ks)(tile.span()),
-                &t.wa,
-                &t.wb,
-            )
-        };
+        unsafe { mma_term(&mut acc, tile, lane, t) };
         for (nb, acc_nb) in acc.iter().enumerate() {
             for (s, v) in acc_nb.iter().enumerate() {
                 let (row, col, inside) = tile.at(lane, nb, s);
@@ -291,46 +302,21 @@ pub unsafe fn product<const NB: usize, KS, WA, WB>(
 /// # Safety
 /// As for [`mma_mac`], for every tile and both terms.
 #[inline(always)]
-pub unsafe fn product2<const NB: usize, KS1, WA1, WB1, KS2, WA2, WB2>(
+pub unsafe fn product2<const NB: usize>(
     (rows, cols): (u32, u32),
     (warp, warps, lane): (u32, u32, u32),
-    t1: &Term<KS1, WA1, WB1>,
-    t2: &Term<KS2, WA2, WB2>,
+    t1: &impl Summed,
+    t2: &impl Summed,
     mut out: impl FnMut(u32, u32, f32, f32),
-) where
-    KS1: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA1: Fn(u32, u32) -> f32,
-    WB1: Fn(u32) -> f32,
-    KS2: Fn(RowSpan) -> core::ops::Range<u32>,
-    WA2: Fn(u32, u32) -> f32,
-    WB2: Fn(u32) -> f32,
-{
+) {
     for tile in MmaTiles::<NB>::new(rows, cols, warp, warps) {
         let tile = &tile;
         let mut first = [[0.0f32; 4]; NB];
         let mut second = [[0.0f32; 4]; NB];
         // SAFETY: forwarded to the caller.
         unsafe {
-            mma_mac(
-                &mut first,
-                tile,
-                lane,
-                t1.a,
-                t1.b,
-                (t1.ks)(tile.span()),
-                &t1.wa,
-                &t1.wb,
-            );
-            mma_mac(
-                &mut second,
-                tile,
-                lane,
-                t2.a,
-                t2.b,
-                (t2.ks)(tile.span()),
-                &t2.wa,
-                &t2.wb,
-            );
+            mma_term(&mut first, tile, lane, t1);
+            mma_term(&mut second, tile, lane, t2);
         }
         for nb in 0..NB {
             for s in 0..4 {
