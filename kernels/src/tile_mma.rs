@@ -1,6 +1,6 @@
-//! The products of [`crate::tile_mac`] on the bf16 tensor cores: the same [`Summed`] terms on the same
-//! f32 shared-memory operands, accumulated in f32 by `mma.m16n8k16`. Each weighted element `x` is
-//! split as it is loaded into `hi = bf16(x)` and `lo = bf16(x − hi)`, and a product takes three
+//! The products of [`crate::tile_mac`] on the bf16 tensor cores: the same [`Summed`] terms on the
+//! same f32 shared-memory operands, accumulated in f32 by `mma.m16n8k16`. Each weighted element `x`
+//! is split as it is loaded into `hi = bf16(x)` and `lo = bf16(x − hi)`, and a product takes three
 //! `mma`: `lo_A·hi_B + hi_A·lo_B + hi_A·hi_B` (the small terms first). That keeps about 16 bits
 //! of every product: one bf16 pass (8 bits) loses the gradients that come out of cancelling sums
 //! (∂θ of a rotation is the small difference of its q and k sides; measured 2.2e-2 against the
