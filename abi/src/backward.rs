@@ -404,18 +404,31 @@ pub struct BackwardChunkedSmem {
 /// Per-token scalar arrays of the chunked backward (each `C` words, see [`BackwardChunkedSmem::tok`]).
 pub const BACKWARD_TOKEN_SCALARS: u32 = 12;
 
-/// Partial sums of the state-pass terms `x·G·k̂` per row that the chunked backward keeps: one per
-/// 128-column strip of N (f32 activations, FMA tiles) or one per warp of a 16-row group
-/// (`WARPS / ⌈M/16⌉`, bf16 activations, tensor-core tiles), whichever is more.
-pub const fn backward_chunked_sp_slots(n: u32, m: u32) -> u32 {
-    let strips = n.div_ceil(128);
+/// Partials of the state-pass sums `x·G·k̂` per row that the FMA tiles of the chunked backward
+/// (f32 activations) leave: one per 128-column strip of N.
+pub const fn backward_chunked_sp_strips(n: u32) -> u32 {
+    n.div_ceil(128)
+}
+
+/// Partials of the state-pass sums per row that the tensor-core tiles of the chunked backward
+/// (bf16 activations) leave: one per warp of a 16-row group, `WARPS / ⌈M/16⌉` (at least 1).
+pub const fn backward_chunked_sp_warps(m: u32) -> u32 {
     let groups = if m == 0 { 1 } else { m.div_ceil(16) };
     let per_group = BACKWARD_THREADS / 32 / groups;
-    let per_group = if per_group == 0 { 1 } else { per_group };
-    if strips > per_group {
-        strips
+    if per_group == 0 {
+        1
     } else {
         per_group
+    }
+}
+
+/// Partials of the state-pass sums per row that the layout holds: enough for either path.
+pub const fn backward_chunked_sp_slots(n: u32, m: u32) -> u32 {
+    let (strips, warps) = (backward_chunked_sp_strips(n), backward_chunked_sp_warps(m));
+    if strips > warps {
+        strips
+    } else {
+        warps
     }
 }
 

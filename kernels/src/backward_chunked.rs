@@ -52,7 +52,8 @@
 //! `backward_head`.
 
 use mamba3_abi::{
-    output_mode, rotation, BackwardChunkedSmem, BackwardParams, BackwardSlots, BACKWARD_THREADS,
+    backward_chunked_sp_strips, backward_chunked_sp_warps, output_mode, rotation,
+    BackwardChunkedSmem, BackwardParams, BackwardSlots, BACKWARD_THREADS,
 };
 
 use crate::angles::{angle_increment, reduced_f32, rotate_pair};
@@ -407,9 +408,9 @@ const SP_NB: usize = 4;
 #[inline(always)]
 fn sp_slots<X: Elem>(m: u32, n: u32) -> u32 {
     if tensor_products::<X>() {
-        WARPS / m.div_ceil(16)
+        backward_chunked_sp_warps(m)
     } else {
-        n.div_ceil(128)
+        backward_chunked_sp_strips(n)
     }
 }
 
@@ -1286,7 +1287,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                 // strip from w div G, so its state-pass partials of a row sum over its strips in
                 // registers: one partial per (row, warp of the group), slot w div G.
                 let groups = m.div_ceil(16);
-                let per_group = WARPS / groups;
+                let per_group = sp_slots::<X>(m, n);
                 let (group, slot) = (cx.warp % groups, cx.warp / groups);
                 let strips = n.div_ceil(8 * SP_NB as u32);
                 let mut sp_half = [0.0f32; 2];
