@@ -24,6 +24,9 @@ use emulation::{arch, elem, frag, math, smem, warp_reduce, Memory};
 #[path = "../kernels/src/angles.rs"]
 mod angles;
 
+#[path = "../kernels/src/geometry.rs"]
+mod geometry;
+
 #[allow(clippy::all)]
 #[path = "../kernels/src/backward_recurrent.rs"]
 mod backward_recurrent;
@@ -215,9 +218,17 @@ fn run_emulated(
         words as usize,
         &bufs.buffers,
         || unsafe {
+            use backward_chunked::backward_chunked;
+            use backward_chunked::FixedBackward as Fixed;
+            use geometry::AnyGeometry;
+            // The host launches the fixed instantiation exactly when the call's geometry is its
+            // own; so does the emulation.
+            let fixed = chunked && (r, n, p, na) == (4, 128, 64, 32);
             match (chunked, bf16) {
-                (true, true) => backward_chunked::backward_chunked::<elem::Bf16>(&params),
-                (true, false) => backward_chunked::backward_chunked::<f32>(&params),
+                (true, true) if fixed => backward_chunked::<elem::Bf16, Fixed>(&params),
+                (true, false) if fixed => backward_chunked::<f32, Fixed>(&params),
+                (true, true) => backward_chunked::<elem::Bf16, AnyGeometry>(&params),
+                (true, false) => backward_chunked::<f32, AnyGeometry>(&params),
                 (false, true) => backward_recurrent::backward_head::<elem::Bf16>(&params),
                 (false, false) => backward_recurrent::backward_head::<f32>(&params),
             }
@@ -463,6 +474,39 @@ fn emulated_chunked_backward_matches_golden_on_small_geometries() {
     let worst = worst_over(&cases, 300, check_chunked);
     eprintln!(
         "emulated chunked backward: worst error {worst:.2e} over {} cases",
+        cases.len()
+    );
+}
+
+#[test]
+fn emulated_chunked_backward_fixed_geometry_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    // The fixed instantiation (R = 4, N = 128, P = 64, Na = 32): a full chunk of 16 tokens and a
+    // tail of 5, chunks of 8; both activation types, both rotations, every mode.
+    let cases = [
+        Case {
+            geo: geo(1, 21, 4, 1, 1, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 21, 4, 1, 1, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: false,
+        },
+        Case {
+            geo: geo(1, 19, 4, 1, 2, 128, 64, 32),
+            seg_len: 8,
+            opts: opts(HalfSplit, Prereduce, false, true),
+            bf16: true,
+        },
+    ];
+    let worst = worst_over(&cases, 300, check_chunked);
+    eprintln!(
+        "emulated fixed-geometry chunked backward: worst error {worst:.2e} over {} cases",
         cases.len()
     );
 }

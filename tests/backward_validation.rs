@@ -172,6 +172,42 @@ fn chunked_backward_takes_the_geometries_it_supports() {
         BackwardPath::Chunked
     );
     assert_eq!(backward_path(&model, 101_376), BackwardPath::TokenSerial);
+    // The model geometry runs the instantiation compiled for it; any other rank or dimension the
+    // general kernel; a device without room for the layout the token-serial kernel.
+    assert_eq!(
+        dispatch_paths(&model, H200_SHARED_MEMORY),
+        vec![
+            "backward_chunked_fixed_bf16_r4_n128_p64_na32",
+            "backward_reduce_bf16"
+        ]
+    );
+    let model_f32 = ForwardConfig {
+        dtype: Dtype::F32,
+        ..model
+    };
+    assert_eq!(
+        dispatch_paths(&model_f32, H200_SHARED_MEMORY),
+        vec![
+            "backward_chunked_fixed_f32_r4_n128_p64_na32",
+            "backward_reduce_f32"
+        ]
+    );
+    for other in [
+        ForwardConfig { rank: 2, ..model },
+        ForwardConfig {
+            num_angles: 16,
+            ..model
+        },
+    ] {
+        assert_eq!(
+            dispatch_paths(&other, H200_SHARED_MEMORY),
+            vec!["backward_chunked_bf16", "backward_reduce_bf16"]
+        );
+    }
+    assert_eq!(
+        dispatch_paths(&model, 101_376),
+        vec!["backward_head_bf16", "backward_reduce_bf16"]
+    );
     // Larger states shrink the chunk to fit.
     let wide = ForwardConfig {
         head_dim: 128,

@@ -50,7 +50,7 @@ use crate::config::{Activation, Dtype, OutputMode};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::forward::{overlap_check, validate, ForwardConfig, ForwardInputs, ForwardLens, Range};
-use crate::kernel::Kernel;
+use crate::kernel::{FixedBackwardGeometry, Kernel};
 
 /// Element counts of the gradient buffers of one call (`None`: not given).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,22 +425,31 @@ pub fn validate_backward(
     Ok(())
 }
 
-/// The compiled (per-head, reduce) kernels for an activation dtype and path.
-fn kernels_for(dtype: Dtype, path: BackwardPath) -> (Kernel, Kernel) {
-    match (dtype, path) {
-        (Dtype::F32, BackwardPath::Chunked) => {
-            (Kernel::BackwardChunkedF32, Kernel::BackwardReduceF32)
-        }
-        (Dtype::F32, BackwardPath::TokenSerial) => {
-            (Kernel::BackwardHeadF32, Kernel::BackwardReduceF32)
-        }
-        (Dtype::Bf16, BackwardPath::Chunked) => {
-            (Kernel::BackwardChunkedBf16, Kernel::BackwardReduceBf16)
-        }
-        (Dtype::Bf16, BackwardPath::TokenSerial) => {
-            (Kernel::BackwardHeadBf16, Kernel::BackwardReduceBf16)
-        }
-    }
+/// The compiled (per-head, reduce) kernels for a call and path: on the chunked path the
+/// fixed-geometry instantiation when one matches the call (`Kernel::backward_chunked_fixed`).
+fn kernels_for(config: &ForwardConfig, path: BackwardPath) -> (Kernel, Kernel) {
+    let reduce = match config.dtype {
+        Dtype::F32 => Kernel::BackwardReduceF32,
+        Dtype::Bf16 => Kernel::BackwardReduceBf16,
+    };
+    let head = match (config.dtype, path) {
+        (dtype, BackwardPath::Chunked) => Kernel::backward_chunked_fixed(
+            dtype,
+            FixedBackwardGeometry {
+                rank: config.rank,
+                state_dim: config.state_dim,
+                head_dim: config.head_dim,
+                num_angles: config.num_angles,
+            },
+        )
+        .unwrap_or(match dtype {
+            Dtype::F32 => Kernel::BackwardChunkedF32,
+            Dtype::Bf16 => Kernel::BackwardChunkedBf16,
+        }),
+        (Dtype::F32, BackwardPath::TokenSerial) => Kernel::BackwardHeadF32,
+        (Dtype::Bf16, BackwardPath::TokenSerial) => Kernel::BackwardHeadBf16,
+    };
+    (head, reduce)
 }
 
 /// The kernels (PTX symbols, in launch order) that [`backward`] runs for `config` on a device
@@ -449,7 +458,7 @@ pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&
     if crate::forward::validate_config(config).is_err() {
         return Vec::new();
     }
-    let (head, reduce) = kernels_for(config.dtype, backward_path(config, max_shared_memory));
+    let (head, reduce) = kernels_for(config, backward_path(config, max_shared_memory));
     vec![head.symbol(), reduce.symbol()]
 }
 
@@ -529,7 +538,7 @@ pub fn backward_with_path<T: Activation>(
         &grads.lens(),
         workspace.len(),
     )?;
-    let (head, reduce) = kernels_for(config.dtype, path);
+    let (head, reduce) = kernels_for(config, path);
     let (smem, seg_len) = match path {
         BackwardPath::TokenSerial => (backward_shared_memory_bytes(config), config.chunk_size),
         BackwardPath::Chunked => {

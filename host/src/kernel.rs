@@ -134,6 +134,10 @@ pub enum Kernel {
     BackwardChunkedF32,
     /// Backward by chunks, per-(head, batch row) reverse sweep over chunks, bf16 activations.
     BackwardChunkedBf16,
+    /// Backward by chunks compiled for R = 4, N = 128, P = 64, Na = 32, f32 activations.
+    BackwardChunkedFixedF32R4N128P64Na32,
+    /// Backward by chunks compiled for R = 4, N = 128, P = 64, Na = 32, bf16 activations.
+    BackwardChunkedFixedBf16R4N128P64Na32,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, f32.
     BackwardReduceF32,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, bf16.
@@ -142,7 +146,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 64] = [
+    pub const ALL: [Kernel; 66] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -205,6 +209,8 @@ impl Kernel {
         Kernel::BackwardHeadBf16,
         Kernel::BackwardChunkedF32,
         Kernel::BackwardChunkedBf16,
+        Kernel::BackwardChunkedFixedF32R4N128P64Na32,
+        Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
         Kernel::BackwardReduceF32,
         Kernel::BackwardReduceBf16,
     ];
@@ -282,6 +288,12 @@ impl Kernel {
             Kernel::BackwardHeadBf16 => "backward_head_bf16",
             Kernel::BackwardChunkedF32 => "backward_chunked_f32",
             Kernel::BackwardChunkedBf16 => "backward_chunked_bf16",
+            Kernel::BackwardChunkedFixedF32R4N128P64Na32 => {
+                "backward_chunked_fixed_f32_r4_n128_p64_na32"
+            }
+            Kernel::BackwardChunkedFixedBf16R4N128P64Na32 => {
+                "backward_chunked_fixed_bf16_r4_n128_p64_na32"
+            }
             Kernel::BackwardReduceF32 => "backward_reduce_f32",
             Kernel::BackwardReduceBf16 => "backward_reduce_bf16",
         }
@@ -335,6 +347,19 @@ impl Kernel {
             .iter()
             .find(|row| row.dtype == dtype && row.geometry == geometry)
             .copied()
+    }
+
+    /// The chunked backward instantiated for exactly this rank, state size, head dim and angle
+    /// count (any chunk length), if any (see the table `FIXED_BACKWARD` in this module): its
+    /// shared-memory offsets, strides and divisions by N, P and Na are compile-time constants.
+    pub fn backward_chunked_fixed(
+        dtype: crate::Dtype,
+        geometry: FixedBackwardGeometry,
+    ) -> Option<Kernel> {
+        FIXED_BACKWARD
+            .iter()
+            .find(|row| row.0 == dtype && row.1 == geometry)
+            .map(|row| row.2)
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if
@@ -484,6 +509,43 @@ pub const FIXED_DECODE: [FixedDecode; 2] = [
         register_resident: Kernel::DecodeRowsFixedBf16R4N128P64Na32,
         streaming: Kernel::DecodeStreamFixedBf16R4N128P64Na32,
     },
+];
+
+/// The geometry a fixed chunked-backward instantiation is compiled for (its chunk length stays a
+/// launch parameter: fixing it too made the kernel spill).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedBackwardGeometry {
+    /// Rank R.
+    pub rank: usize,
+    /// State size N.
+    pub state_dim: usize,
+    /// Head dim P.
+    pub head_dim: usize,
+    /// Rotation angles Na.
+    pub num_angles: usize,
+}
+
+/// The benchmark's backward geometry.
+const BACKWARD_GEOMETRY_R4_N128_P64_NA32: FixedBackwardGeometry = FixedBackwardGeometry {
+    rank: 4,
+    state_dim: 128,
+    head_dim: 64,
+    num_angles: 32,
+};
+
+/// Every fixed-geometry chunked-backward instantiation: (dtype, geometry, kernel). The host
+/// launches a row's kernel for a chunked call whose dtype and geometry match it exactly.
+pub const FIXED_BACKWARD: [(crate::Dtype, FixedBackwardGeometry, Kernel); 2] = [
+    (
+        crate::Dtype::F32,
+        BACKWARD_GEOMETRY_R4_N128_P64_NA32,
+        Kernel::BackwardChunkedFixedF32R4N128P64Na32,
+    ),
+    (
+        crate::Dtype::Bf16,
+        BACKWARD_GEOMETRY_R4_N128_P64_NA32,
+        Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
+    ),
 ];
 
 /// A kernel family instantiated for both activation types and R ∈ {1, 2, 4, 8}, in the order

@@ -66,6 +66,9 @@ use crate::arch::sreg::{
 use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
 use crate::frag::acc_m16n8;
+#[cfg(target_arch = "nvptx64")]
+use crate::geometry::AnyGeometry;
+use crate::geometry::{FixedRankGeometry, Geometry};
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
 use crate::smem::{ld_shared_f64, st_shared_f64};
 use crate::tile_mac::{self, for_each_tile, mac_term, plain, Operand, RowSpan, Summed, Term};
@@ -114,10 +117,11 @@ const GH: u32 = 8;
 const PEND: u32 = 16;
 const NONE: u32 = u32::MAX;
 
-/// Rebinds the block constants from fresh copies (see [`Cx::new`]) at the start of a phase.
+/// Rebinds the block constants from fresh copies (see [`Cx::new`]) at the start of a phase; the
+/// geometry type `G` of the enclosing function decides which of them are constants.
 macro_rules! fresh {
     ($prm:ident, $cx:ident, $lay:ident, $m:ident, $n:ident, $p:ident, $r:ident, $tid:ident) => {
-        let $cx = Cx::new($prm);
+        let $cx = Cx::new::<G>($prm);
         #[allow(unused_variables)]
         let $lay = $cx.lay;
         #[allow(unused_variables)]
@@ -300,18 +304,26 @@ impl Cx {
     /// fresh shared base: built at the start of every phase, so that the compiler recomputes the
     /// few values each phase needs there instead of holding all of them in registers through
     /// the chunk loop.
+    /// Under a fixed geometry `G` the dimensions (and chunk size, log2 R) are constants instead, so
+    /// the layout offsets, strides and divisions by them fold at compile time.
     #[inline(always)]
-    fn new(prm: &BackwardParams) -> Self {
+    fn new<G: Geometry>(prm: &BackwardParams) -> Self {
         let heads = fresh_u32(prm.heads) as usize;
         let groups = fresh_u32(prm.groups) as usize;
         let s_len = fresh_u32(prm.seq_len) as usize;
-        let (c, r, n, p, na) = (
-            fresh_u32(prm.seg_len),
-            fresh_u32(prm.rank),
-            fresh_u32(prm.n),
-            fresh_u32(prm.p),
-            fresh_u32(prm.na),
-        );
+        let (n, p, na) = match G::DIMS {
+            Some([n, p, na]) => (n, p, na),
+            None => (fresh_u32(prm.n), fresh_u32(prm.p), fresh_u32(prm.na)),
+        };
+        let c = match G::CHUNK {
+            Some(c) => c,
+            None => fresh_u32(prm.seg_len),
+        };
+        // A fixed rank only makes log2 R a constant (row ↔ token shifts); the loops over ranks
+        // keep the launch's R: unrolled to a constant count they pushed the bf16 kernel into
+        // spills on every architecture.
+        let r = fresh_u32(prm.rank);
+        let rs = G::rank(r).trailing_zeros();
         let h = block_x() as usize;
         let b = block_y() as usize;
         let tid = thread_x();
@@ -328,7 +340,7 @@ impl Cx {
             heads,
             groups,
             r,
-            rs: r.trailing_zeros(),
+            rs,
             n,
             p,
             na,
@@ -453,8 +465,32 @@ enum Angles {
 
 /// Stages k̂ (and q̂ when `with_q`) and x of chunk rows `i < M` (tokens `t0 ..`, `len` of them;
 /// rows past the chunk are zero).
+///
+/// A work item is `GROUP` consecutive rotation pairs (or head-dim columns) of one row, so the
+/// 64-bit row offsets are formed once per item and the loads take constant offsets from them;
+/// `GROUP` is 4 when N/2 and P are multiples of 4, else 1.
 #[inline(always)]
 unsafe fn stage<X: Elem>(
+    prm: &BackwardParams,
+    cx: &Cx,
+    t0: usize,
+    len: u32,
+    with_q: bool,
+    angles: Angles,
+) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        if (cx.n / 2) % 4 == 0 && cx.p % 4 == 0 {
+            stage_groups::<X, 4, 1>(prm, cx, t0, len, with_q, angles);
+        } else {
+            stage_groups::<X, 1, BATCH>(prm, cx, t0, len, with_q, angles);
+        }
+    }
+}
+
+/// [`stage`] with items of `GROUP` pairs or columns, `ITEMS` items per thread in flight.
+#[inline(always)]
+unsafe fn stage_groups<X: Elem, const GROUP: usize, const ITEMS: usize>(
     prm: &BackwardParams,
     cx: &Cx,
     t0: usize,
@@ -466,96 +502,113 @@ unsafe fn stage<X: Elem>(
     let m = lay.rows;
     let valid = len << cx.rs;
     let half = cx.n / 2;
-    let items = m * half;
+    let g = GROUP as u32;
+    let per_row = half / g;
+    let items = m * per_row;
+    // Pair j's coordinates are (oa + step·u, ob + step·u) for u = j − j0 of its item.
+    let (step, b_off) = if cx.half_split { (1, half) } else { (2, 1) };
     // SAFETY (whole body): rows < M, pairs < N/2, p < P and tokens < S stay inside the launch
     // contract's shapes and the layout.
     unsafe {
         let mut first = cx.tid;
         while first < items {
-            // Per item: k (a, b), q (a, b), cos, sin.
-            let mut raw = [[0.0f32; 6]; BATCH];
-            for (k, v) in raw.iter_mut().enumerate() {
+            // Per pair: k (a, b), q (a, b), cos, sin.
+            let mut raw = [[[0.0f32; 6]; GROUP]; ITEMS];
+            for (k, item) in raw.iter_mut().enumerate() {
                 let e = first + k as u32 * T;
-                let i = e / half;
+                let i = e / per_row;
                 if e < items && i < valid {
-                    let j = e - i * half;
-                    let (ia, ib) = cx.pair(j);
+                    let j0 = (e - i * per_row) * g;
+                    let oa = if cx.half_split { j0 } else { 2 * j0 };
                     let tt = cx.row_tok(i);
                     let t = t0 + tt as usize;
                     let r = i & (cx.r - 1);
-                    let src = cx.qk_src(t, r);
-                    let bias = (cx.h * cx.r as usize + r as usize) * cx.n as usize;
-                    v[0] = X::load(prm.k, src + ia as usize) + ldg(prm.k_bias, bias + ia as usize);
-                    v[1] = X::load(prm.k, src + ib as usize) + ldg(prm.k_bias, bias + ib as usize);
-                    if with_q {
-                        v[2] =
-                            X::load(prm.q, src + ia as usize) + ldg(prm.q_bias, bias + ia as usize);
-                        v[3] =
-                            X::load(prm.q, src + ib as usize) + ldg(prm.q_bias, bias + ib as usize);
-                    }
-                    (v[4], v[5]) = (1.0, 0.0);
-                    if j < cx.na {
-                        (v[4], v[5]) = match angles {
-                            Angles::Global => {
-                                let ci = cx.cs(t, j);
-                                (ldg(prm.cs, ci), ldg(prm.cs, ci + cx.na as usize))
-                            }
-                            Angles::Shared => {
-                                let o = 2 * (tt * cx.na + j);
-                                (
-                                    ld_shared_f32(cx.sm(lay.dth, o)),
-                                    ld_shared_f32(cx.sm(lay.dth, o + 1)),
-                                )
-                            }
-                        };
+                    let src = cx.qk_src(t, r) + oa as usize;
+                    let bias = (cx.h * cx.r as usize + r as usize) * cx.n as usize + oa as usize;
+                    let ci = cx.cs(t, j0);
+                    let so = 2 * (tt * cx.na + j0);
+                    for (u, v) in item.iter_mut().enumerate() {
+                        let (a, b) = (
+                            (step * u as u32) as usize,
+                            (step * u as u32 + b_off) as usize,
+                        );
+                        v[0] = X::load(prm.k, src + a) + ldg(prm.k_bias, bias + a);
+                        v[1] = X::load(prm.k, src + b) + ldg(prm.k_bias, bias + b);
+                        if with_q {
+                            v[2] = X::load(prm.q, src + a) + ldg(prm.q_bias, bias + a);
+                            v[3] = X::load(prm.q, src + b) + ldg(prm.q_bias, bias + b);
+                        }
+                        (v[4], v[5]) = (1.0, 0.0);
+                        if j0 + (u as u32) < cx.na {
+                            (v[4], v[5]) = match angles {
+                                Angles::Global => {
+                                    (ldg(prm.cs, ci + u), ldg(prm.cs, ci + u + cx.na as usize))
+                                }
+                                Angles::Shared => (
+                                    ld_shared_f32(cx.sm(lay.dth, so + 2 * u as u32)),
+                                    ld_shared_f32(cx.sm(lay.dth, so + 2 * u as u32 + 1)),
+                                ),
+                            };
+                        }
                     }
                 }
             }
-            for (k, v) in raw.iter().enumerate() {
+            for (k, item) in raw.iter().enumerate() {
                 let e = first + k as u32 * T;
                 if e < items {
-                    let i = e / half;
-                    let j = e - i * half;
-                    let (ia, ib) = cx.pair(j);
-                    let (ka, kb) = rotate_pair(v[0], v[1], v[4], v[5]);
-                    st_shared_f32(cx.sm(lay.kh, i * lay.sn + ia), ka);
-                    st_shared_f32(cx.sm(lay.kh, i * lay.sn + ib), kb);
-                    if with_q {
-                        let (qa, qb) = rotate_pair(v[2], v[3], v[4], v[5]);
-                        st_shared_f32(cx.sm(lay.qh, i * lay.sn + ia), qa);
-                        st_shared_f32(cx.sm(lay.qh, i * lay.sn + ib), qb);
+                    let i = e / per_row;
+                    let j0 = (e - i * per_row) * g;
+                    let oa = if cx.half_split { j0 } else { 2 * j0 };
+                    let (ka, qa) = (
+                        cx.sm(lay.kh, i * lay.sn + oa),
+                        cx.sm(lay.qh, i * lay.sn + oa),
+                    );
+                    for (u, v) in item.iter().enumerate() {
+                        let (a, b) = (4 * step * u as u32, 4 * (step * u as u32 + b_off));
+                        let (k_a, k_b) = rotate_pair(v[0], v[1], v[4], v[5]);
+                        st_shared_f32(ka + a, k_a);
+                        st_shared_f32(ka + b, k_b);
+                        if with_q {
+                            let (q_a, q_b) = rotate_pair(v[2], v[3], v[4], v[5]);
+                            st_shared_f32(qa + a, q_a);
+                            st_shared_f32(qa + b, q_b);
+                        }
                     }
                 }
             }
-            first += BATCH as u32 * T;
+            first += ITEMS as u32 * T;
         }
-        let items = m * cx.p;
+        let per_row = cx.p / g;
+        let items = m * per_row;
         let mut first = cx.tid;
         while first < items {
-            let mut xs = [0.0f32; 2 * BATCH];
-            for (k, xv) in xs.iter_mut().enumerate() {
+            let mut xs = [[0.0f32; GROUP]; ITEMS];
+            for (k, item) in xs.iter_mut().enumerate() {
                 let e = first + k as u32 * T;
-                let i = e / cx.p;
+                let i = e / per_row;
                 if e < items && i < valid {
-                    let pp = e - i * cx.p;
+                    let p0 = (e - i * per_row) * g;
                     let t = t0 + cx.row_tok(i) as usize;
                     let r = i & (cx.r - 1);
-                    let mv = ldg(
-                        prm.mimo_v,
-                        (cx.h * cx.r as usize + r as usize) * cx.p as usize + pp as usize,
-                    );
-                    *xv = X::load(prm.v, cx.vz(t, pp)) * mv;
+                    let mv = (cx.h * cx.r as usize + r as usize) * cx.p as usize + p0 as usize;
+                    let src = cx.vz(t, p0);
+                    for (u, xv) in item.iter_mut().enumerate() {
+                        *xv = X::load(prm.v, src + u) * ldg(prm.mimo_v, mv + u);
+                    }
                 }
             }
-            for (k, xv) in xs.iter().enumerate() {
+            for (k, item) in xs.iter().enumerate() {
                 let e = first + k as u32 * T;
                 if e < items {
-                    let i = e / cx.p;
-                    let pp = e - i * cx.p;
-                    st_shared_f32(cx.sm(lay.x, i * lay.sp + pp), *xv);
+                    let i = e / per_row;
+                    let p0 = (e - i * per_row) * g;
+                    let dst = cx.sm(lay.x, i * lay.sp + p0);
+                    for (u, xv) in item.iter().enumerate() {
+                        st_shared_f32(dst + 4 * u as u32, *xv);
+                    }
                 }
             }
-            first += 2 * BATCH as u32 * T;
+            first += ITEMS as u32 * T;
         }
     }
 }
@@ -909,7 +962,7 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Cx, t0: usize, len
 /// every (token, angle) in parallel (in place, and to `cs`); k̂ and x staged from those; the state
 /// pass `H̃ ← e^{A_e}·H̃ + Σ_i E(e, t_i) c_{t_i} x_i k̂_iᵀ`.
 #[inline(always)]
-unsafe fn forward_sweep<X: Elem>(prm: &BackwardParams) {
+unsafe fn forward_sweep<X: Elem, G: Geometry>(prm: &BackwardParams) {
     fresh!(prm, cx, lay, m, n, p, r, tid);
     let nc = cx.nc;
     // SAFETY (whole body): the launch contract; phases separated by barriers.
@@ -1014,13 +1067,13 @@ unsafe fn forward_sweep<X: Elem>(prm: &BackwardParams) {
 /// # Safety
 /// See the module's launch contract.
 #[inline(always)]
-pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
+pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
     fresh!(prm, cx, lay, m, n, p, r, tid);
     let (chunk, s_len, nc) = (cx.c, cx.s_len, cx.nc);
     // SAFETY (whole body): the launch contract; phases are separated by block barriers and each
     // shared word written in a phase is touched by no other thread in it.
     unsafe {
-        forward_sweep::<X>(prm);
+        forward_sweep::<X, G>(prm);
         fresh!(prm, cx, lay, m, n, p, r, tid);
 
         let mut e = tid;
@@ -1435,11 +1488,13 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                 } else {
                     (1.0, 0.0)
                 };
-                // ∂q̂ then ∂k̂ of the pair for every rank, loaded before any store.
+                // ∂q̂ then ∂k̂ of the pair for every rank, loaded before any store. Ranks of a
+                // (B,S,R,H,N) token are H·N elements apart.
+                let (o0, rank_stride) = (cx.qkh(t, 0), cx.heads * n as usize);
                 let mut d = [[0.0f32; 4]; 8];
                 for (rr, dr) in d.iter_mut().enumerate() {
                     if (rr as u32) < r {
-                        let o = cx.qkh(t, rr as u32);
+                        let o = o0 + rr * rank_stride;
                         *dr = [
                             ldg(prm.dqh, o + ia as usize),
                             ldg(prm.dqh, o + ib as usize),
@@ -1452,7 +1507,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                 for (rr, dr) in d.iter().enumerate() {
                     if (rr as u32) < r {
                         let i = (tt << cx.rs) + rr as u32;
-                        let o = cx.qkh(t, rr as u32);
+                        let o = o0 + rr * rank_stride;
                         for (hat, out, du, dw) in [
                             (lay.qh, prm.dqh, dr[0], dr[1]),
                             (lay.kh, prm.dkh, dr[2], dr[3]),
@@ -1494,15 +1549,19 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 11: the bias and mimo_v partials of the chunk (one thread per element, tokens
             // in order).
+            // Consecutive tokens of a (B,S,R,H,N) row are R·H·N elements apart.
+            let token_stride = r as usize * cx.heads * n as usize;
             for (src, region) in [(prm.dqh, lay.acc_qk), (prm.dkh, lay.acc_qk + r * n)] {
                 let mut e = tid;
                 while e < r * n {
                     let rr = e / n;
                     let nn = e - rr * n;
                     let mut acc = 0.0f32;
+                    let mut o = cx.qkh(t0, rr) + nn as usize;
                     let mut tt = 0;
                     while tt < len {
-                        acc += ldg(src, cx.qkh(t0 + tt as usize, rr) + nn as usize);
+                        acc += ldg(src, o);
+                        o += token_stride;
                         tt += 1;
                     }
                     let a = cx.sm(region, e);
@@ -1515,10 +1574,14 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
                 let rr = e / p;
                 let pp = e - rr * p;
                 let mut acc = 0.0f32;
+                // Consecutive tokens of a (B,S,H,P) row are H·P elements apart.
+                let token_stride = cx.heads * p as usize;
+                let mut o = cx.vz(t0, pp);
                 let mut tt = 0;
                 while tt < len {
                     let dx = ld_shared_f32(cx.sm(lay.hs, ((tt << cx.rs) + rr) * lay.sp + pp));
-                    acc += dx * X::load(prm.v, cx.vz(t0 + tt as usize, pp));
+                    acc += dx * X::load(prm.v, o);
+                    o += token_stride;
                     tt += 1;
                 }
                 let a = cx.sm(lay.acc_mv, e);
@@ -1705,7 +1768,7 @@ pub unsafe fn backward_chunked<X: Elem>(prm: &BackwardParams) {
 // that the host test `tests/backward_emulated.rs` can compile this file against emulated
 // primitives.
 macro_rules! backward_chunked_entries {
-    ($name:ident, $x:ty) => {
+    ($name:ident, $x:ty, $geometry:ty) => {
         /// Chunked backward entry point (see the module's launch contract).
         ///
         /// # Safety
@@ -1714,10 +1777,25 @@ macro_rules! backward_chunked_entries {
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: BackwardParams) {
             // SAFETY: forwarded launch contract.
-            unsafe { backward_chunked::<$x>(&params) }
+            unsafe { backward_chunked::<$x, $geometry>(&params) }
         }
     };
 }
 
-backward_chunked_entries!(backward_chunked_f32, f32);
-backward_chunked_entries!(backward_chunked_bf16, Bf16);
+backward_chunked_entries!(backward_chunked_f32, f32, AnyGeometry);
+backward_chunked_entries!(backward_chunked_bf16, Bf16, AnyGeometry);
+/// The fixed instantiation: the benchmark's R = 4, N = 128, P = 64, Na = 32 (any chunk length),
+/// launched only for calls with exactly these (host `Kernel::backward_chunked_fixed`). A fixed
+/// chunk length too made the kernel spill.
+pub type FixedBackward = FixedRankGeometry<4, 128, 64, 32, 0>;
+
+backward_chunked_entries!(
+    backward_chunked_fixed_f32_r4_n128_p64_na32,
+    f32,
+    FixedBackward
+);
+backward_chunked_entries!(
+    backward_chunked_fixed_bf16_r4_n128_p64_na32,
+    Bf16,
+    FixedBackward
+);

@@ -11,6 +11,8 @@ pub trait Geometry {
     const DIMS: Option<[u32; 3]>;
     /// `Some(C)` when the chunk size is fixed at compile time (kernels without chunks: `None`).
     const CHUNK: Option<u32>;
+    /// `Some(R)` when the rank is fixed at compile time (kernels instantiated per rank: `None`).
+    const RANK: Option<u32> = None;
 
     /// (N, P, Na): the constants when fixed, else the launch parameters given.
     #[inline(always)]
@@ -24,6 +26,12 @@ pub trait Geometry {
     #[inline(always)]
     fn chunk(chunk: u32) -> u32 {
         Self::CHUNK.unwrap_or(chunk)
+    }
+
+    /// R: the constant when fixed, else the launch parameter given.
+    #[inline(always)]
+    fn rank(rank: u32) -> u32 {
+        Self::RANK.unwrap_or(rank)
     }
 }
 
@@ -44,4 +52,16 @@ impl<const N: u32, const P: u32, const NA: u32, const C: u32> Geometry
 {
     const DIMS: Option<[u32; 3]> = Some([N, P, NA]);
     const CHUNK: Option<u32> = if C == 0 { None } else { Some(C) };
+}
+
+/// Rank and dimensions fixed at compile time, for kernels that take the rank as a launch
+/// parameter (the chunked backward); `C = 0` leaves the chunk size to the launch parameters.
+pub struct FixedRankGeometry<const R: u32, const N: u32, const P: u32, const NA: u32, const C: u32>;
+
+impl<const R: u32, const N: u32, const P: u32, const NA: u32, const C: u32> Geometry
+    for FixedRankGeometry<R, N, P, NA, C>
+{
+    const DIMS: Option<[u32; 3]> = Some([N, P, NA]);
+    const CHUNK: Option<u32> = if C == 0 { None } else { Some(C) };
+    const RANK: Option<u32> = Some(R);
 }
