@@ -250,7 +250,7 @@ fn upstream_cases() -> Vec<Case> {
 }
 
 /// Smaller varied geometries: segment tails, S = 1, L = 1, L > S, Na < N/2, Na = 0, odd P, both
-/// rotations, every mode, with and without z and D, GQA, every rank.
+/// rotations, every mode, with and without z and D, GQA, every rank, the fixed-geometry kernel.
 fn small_cases() -> Vec<Case> {
     use OutputMode::*;
     use Rotation::*;
@@ -279,6 +279,12 @@ fn small_cases() -> Vec<Case> {
             geo: geo(1, 1, 4, 1, 2, 128, 64, 32),
             chunk: 16,
             opts: opts(HalfSplit, Gated, true, true),
+        },
+        // The fixed-geometry instantiation (R = 4, N = 128, P = 64, Na = 32) with a tail chunk.
+        Case {
+            geo: geo(1, 37, 4, 2, 4, 128, 64, 32),
+            chunk: 16,
+            opts: opts(Pairwise, FusedNorm, true, false),
         },
         Case {
             geo: geo(2, 19, 1, 2, 2, 10, 7, 2),
