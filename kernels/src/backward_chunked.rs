@@ -49,7 +49,8 @@
 //! Grid `(H, B)`, block [`BACKWARD_THREADS`], dynamic shared memory
 //! `BackwardChunkedSmem::new(C, R, N, P, Na).bytes()` with `C = seg_len`; R ∈ {1, 2, 4, 8},
 //! P ≤ 256, Na ≤ 256; `ckpt` holds `(B, H, ⌈S/C⌉, P, N)` f32; the other pointers as for
-//! `backward_head`.
+//! `backward_head`. The `backward_chunked_fixed_*` entry points ([`FixedBackward`]) take only
+//! R = 4, N = 128, P = 64, Na = 32.
 
 use mamba3_abi::{
     backward_chunked_sp_strips, backward_chunked_sp_warps, output_mode, rotation,
