@@ -358,8 +358,8 @@ impl Kernel {
     ) -> Option<Kernel> {
         FIXED_BACKWARD
             .iter()
-            .find(|row| row.0 == dtype && row.1 == geometry)
-            .map(|row| row.2)
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+            .map(|row| row.kernel)
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if
@@ -533,19 +533,30 @@ const BACKWARD_GEOMETRY_R4_N128_P64_NA32: FixedBackwardGeometry = FixedBackwardG
     num_angles: 32,
 };
 
-/// Every fixed-geometry chunked-backward instantiation: (dtype, geometry, kernel). The host
-/// launches a row's kernel for a chunked call whose dtype and geometry match it exactly.
-pub const FIXED_BACKWARD: [(crate::Dtype, FixedBackwardGeometry, Kernel); 2] = [
-    (
-        crate::Dtype::F32,
-        BACKWARD_GEOMETRY_R4_N128_P64_NA32,
-        Kernel::BackwardChunkedFixedF32R4N128P64Na32,
-    ),
-    (
-        crate::Dtype::Bf16,
-        BACKWARD_GEOMETRY_R4_N128_P64_NA32,
-        Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
-    ),
+/// One fixed-geometry instantiation of the chunked backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedBackward {
+    /// Activation dtype.
+    pub dtype: crate::Dtype,
+    /// Geometry it is compiled for.
+    pub geometry: FixedBackwardGeometry,
+    /// The per-head kernel.
+    pub kernel: Kernel,
+}
+
+/// Every fixed-geometry chunked-backward instantiation (the host launches a row's kernel for a
+/// chunked call whose dtype and geometry match it exactly).
+pub const FIXED_BACKWARD: [FixedBackward; 2] = [
+    FixedBackward {
+        dtype: crate::Dtype::F32,
+        geometry: BACKWARD_GEOMETRY_R4_N128_P64_NA32,
+        kernel: Kernel::BackwardChunkedFixedF32R4N128P64Na32,
+    },
+    FixedBackward {
+        dtype: crate::Dtype::Bf16,
+        geometry: BACKWARD_GEOMETRY_R4_N128_P64_NA32,
+        kernel: Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
+    },
 ];
 
 /// A kernel family instantiated for both activation types and R ∈ {1, 2, 4, 8}, in the order

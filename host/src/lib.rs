@@ -28,7 +28,8 @@ pub use config::{Activation, Dtype, OutputMode, Rotation};
 pub use device::Gpu;
 pub use error::{Error, Result};
 pub use kernel::{
-    ptx_entry_points, FixedDecode, FixedDecodeGeometry, FixedForward, FixedForwardGeometry, Kernel,
+    ptx_entry_points, FixedBackward, FixedBackwardGeometry, FixedDecode, FixedDecodeGeometry,
+    FixedForward, FixedForwardGeometry, Kernel,
 };
 
 /// The PTX module of every kernel (PTX ISA 7.0, `sm_80`; the driver JIT-compiles it for sm_80
