@@ -405,8 +405,9 @@ fn cs_source(bk: &Blk, half_split: bool) -> (u32, u32) {
 /// Phase R: q̂, k̂, x and x_w of the chunk as bf16 tiles, all 16 times (the rows past the chunk's
 /// length come from zero-filled staging, see [`stage_chunk`]).
 #[inline(always)]
-unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
+unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FULL: bool>(
     bk: &Blk,
+    len: u32,
     bank: u32,
     rp: &RankParams,
     cs_at: (u32, u32),
@@ -422,6 +423,19 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
         // later row's loads above an earlier row's stores, and row by row each shared-memory
         // latency would be waited out alone.
         for i0 in (0..C).step_by(ROTATE_GROUP) {
+            // Groups wholly past the chunk only zero the k̂ and x_w rows that the state pass reads
+            // (its k-steps all run: skipping them made ptxas spill); the other GEMMs skip these
+            // tiles (see `tiles_in`).
+            if !FULL && i0 >= len {
+                for di in 0..ROTATE_GROUP as u32 {
+                    let rho = 4 * (i0 + di) + r;
+                    let qk_at = bk.base + rho * L::QK_STRIDE + 4 * l;
+                    st_shared_u32(qk_at + L::K, 0);
+                    st_shared_u32(qk_at + L::K + 128, 0);
+                    st_shared_u32(bk.base + rho * L::X_STRIDE + 4 * l + L::XW, 0);
+                }
+                continue;
+            }
             let mut rows = [RawRow::default(); ROTATE_GROUP];
             for (di, row) in rows.iter_mut().enumerate() {
                 let i = i0 + di as u32;
@@ -468,8 +482,22 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
     }
 }
 
-/// Rows of phase R whose shared-memory loads are issued together.
+/// Rows of phase R whose shared-memory loads are issued together: four times, one 16-row tile.
 const ROTATE_GROUP: usize = 4;
+
+/// The 16-row tiles (four times each) that hold a chunk's `len` times. For a short chunk
+/// (`!FULL`: the last one, or a decode call of a few tokens) phase R rotates only these rows
+/// (past them it zeroes k̂ and x_w) and the score, output and intra GEMMs skip the tiles past
+/// them. Full chunks take separate instantiations with the bound a constant, so their code is
+/// what it was without the bound (a runtime bound there cost 3%).
+#[inline(always)]
+fn tiles<const FULL: bool>(len: u32) -> u32 {
+    if FULL {
+        C / ROTATE_GROUP as u32
+    } else {
+        len.div_ceil(ROTATE_GROUP as u32)
+    }
+}
 
 /// One row's inputs of phase R: its (c, s) pairs, the lane's two raw q and k words, its v word
 /// and its key scale.
@@ -492,18 +520,31 @@ fn a_addr(tile: u32, stride: u32, row0: u32, col0: u32, lane: u32) -> u32 {
 /// Phase M1: weighted scores of the warp's 16 rows into the W tile, then the inter-chunk outputs
 /// `exp(A_i)·q̂·Hᵀ` of the warp's 16 columns (all 64 rows).
 #[inline(always)]
-unsafe fn phase_scores_inter(bk: &Blk, bank: u32, state: &[[f32; 4]; 16]) -> [[[f32; 4]; 2]; 4] {
+unsafe fn phase_scores_inter<const FULL: bool>(
+    bk: &Blk,
+    len: u32,
+    bank: u32,
+    state: &[[f32; 4]; 16],
+) -> [[[f32; 4]; 2]; 4] {
     let (w, lane) = (bk.warp, bk.lane);
+    let tiles = tiles::<FULL>(len);
     let (g, t4) = (lane / 4, lane % 4);
     let q_tile = bk.base + L::Q;
     let k_tile = bk.base + L::K;
     // SAFETY (whole body): tile addresses inside the Q, K, W, WT and SCAL regions.
     unsafe {
         let mut sc = [[0.0f32; 4]; 8];
+        // A warp whose rows lie past the chunk has no scores to form (nor does anyone read its
+        // rows of the W tile).
+        let scores = w < tiles;
         for kk in 0..8u32 {
-            let a = ldmatrix_x4(a_addr(q_tile, L::QK_STRIDE, 16 * w, 16 * kk, lane));
+            let a = if scores {
+                ldmatrix_x4(a_addr(q_tile, L::QK_STRIDE, 16 * w, 16 * kk, lane))
+            } else {
+                [0; 4]
+            };
             for jj in 0..4u32 {
-                if jj <= w {
+                if scores && jj <= w {
                     let row = 16 * jj + lane % 8 + 8 * (lane / 16);
                     let col = 16 * kk + 8 * ((lane / 8) % 2);
                     let b = ldmatrix_x4(k_tile + row * L::QK_STRIDE + 2 * col);
@@ -529,7 +570,7 @@ unsafe fn phase_scores_inter(bk: &Blk, bank: u32, state: &[[f32; 4]; 16]) -> [[[
             for (d, &[wa, wb]) in weights.iter().enumerate() {
                 let jt = 4 * half + d as u32;
                 let s = &sc[jt as usize];
-                if jt < 2 * w + 2 {
+                if scores && jt < 2 * w + 2 {
                     let at = bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
                     st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
                     st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
@@ -543,15 +584,17 @@ unsafe fn phase_scores_inter(bk: &Blk, bank: u32, state: &[[f32; 4]; 16]) -> [[[
             let b0 = [pack_bf16x2(s0[0], s0[1]), pack_bf16x2(s1[0], s1[1])];
             let b1 = [pack_bf16x2(s0[2], s0[3]), pack_bf16x2(s1[2], s1[3])];
             for (mt, ym) in y.iter_mut().enumerate() {
-                let a = ldmatrix_x4(a_addr(
-                    q_tile,
-                    L::QK_STRIDE,
-                    16 * mt as u32,
-                    16 * kk as u32,
-                    lane,
-                ));
-                mma_m16n8k16_bf16_f32(&mut ym[0], a, b0);
-                mma_m16n8k16_bf16_f32(&mut ym[1], a, b1);
+                if (mt as u32) < tiles {
+                    let a = ldmatrix_x4(a_addr(
+                        q_tile,
+                        L::QK_STRIDE,
+                        16 * mt as u32,
+                        16 * kk as u32,
+                        lane,
+                    ));
+                    mma_m16n8k16_bf16_f32(&mut ym[0], a, b0);
+                    mma_m16n8k16_bf16_f32(&mut ym[1], a, b1);
+                }
             }
         }
         for (mt, ym) in y.iter_mut().enumerate() {
@@ -571,16 +614,21 @@ unsafe fn phase_scores_inter(bk: &Blk, bank: u32, state: &[[f32; 4]; 16]) -> [[[
 
 /// Phase M2, first part: the intra-chunk outputs (weighted scores times x, causal tiles only).
 #[inline(always)]
-unsafe fn phase_intra(bk: &Blk, y: &mut [[[f32; 4]; 2]; 4]) {
+unsafe fn phase_intra<const FULL: bool>(bk: &Blk, len: u32, y: &mut [[[f32; 4]; 2]; 4]) {
     let (w, lane) = (bk.warp, bk.lane);
+    let tiles = tiles::<FULL>(len);
     // SAFETY (whole body): tile addresses inside the X and W regions.
     unsafe {
         for kk in 0..4u32 {
             let row = 16 * kk + lane % 16;
             let col = 16 * w + 8 * (lane / 16);
-            let bx = ldmatrix_x4_trans(bk.base + L::X + row * L::X_STRIDE + 2 * col);
+            let bx = if kk < tiles {
+                ldmatrix_x4_trans(bk.base + L::X + row * L::X_STRIDE + 2 * col)
+            } else {
+                [0; 4]
+            };
             for (mt, ym) in y.iter_mut().enumerate() {
-                if kk <= mt as u32 {
+                if kk <= mt as u32 && (mt as u32) < tiles {
                     let a = ldmatrix_x4(a_addr(
                         bk.base + L::W,
                         L::X_STRIDE,
@@ -1107,10 +1155,18 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
             if next < t_end {
                 pf = prefetch(prm, &bk, next, (t_end - next).min(C));
             }
-            if half_split {
-                phase_rotate::<STATES_ONLY, true>(&bk, bank, &rp, cs_at);
-            } else {
-                phase_rotate::<STATES_ONLY, false>(&bk, bank, &rp, cs_at);
+            let full = len == C;
+            match (half_split, full) {
+                (true, true) => phase_rotate::<STATES_ONLY, true, true>(&bk, len, bank, &rp, cs_at),
+                (true, false) => {
+                    phase_rotate::<STATES_ONLY, true, false>(&bk, len, bank, &rp, cs_at)
+                }
+                (false, true) => {
+                    phase_rotate::<STATES_ONLY, false, true>(&bk, len, bank, &rp, cs_at)
+                }
+                (false, false) => {
+                    phase_rotate::<STATES_ONLY, false, false>(&bk, len, bank, &rp, cs_at)
+                }
             }
             sync_threads();
             if next < t_end {
@@ -1120,9 +1176,17 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
             if STATES_ONLY {
                 decay *= ld_shared_f32(scal(&bk, bank, S_EXPA, len - 1));
             } else {
-                let mut y = phase_scores_inter(&bk, bank, &state);
+                let mut y = if full {
+                    phase_scores_inter::<true>(&bk, len, bank, &state)
+                } else {
+                    phase_scores_inter::<false>(&bk, len, bank, &state)
+                };
                 sync_threads();
-                phase_intra(&bk, &mut y);
+                if full {
+                    phase_intra::<true>(&bk, len, &mut y);
+                } else {
+                    phase_intra::<false>(&bk, len, &mut y);
+                }
                 phase_epilogue(prm, &bk, c0, len, bank, &mut y, &cp);
             }
             phase_state(&bk, len, bank, &mut state);
