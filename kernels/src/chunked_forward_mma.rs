@@ -23,10 +23,12 @@
 //! for the rows of rank r (lane l owns columns 2l, 2l+1, 64+2l, 65+2l, which hold both halves of
 //! its pairs in either rotation convention; lanes whose columns no pair rotates read an identity
 //! rotation, so the row loop has no branch). The next chunk's raw q, k, v, z rows are copied with
-//! `cp.async` while the current chunk runs its GEMMs (rows past the sequence zero-filled, so no
-//! phase branches on the chunk length); its scalars and angle logits are loaded into registers
-//! one chunk ahead, and its angle increments and token scalars (double-banked) are formed beside
-//! the current chunk's state pass: four barriers per chunk.
+//! `cp.async` while the current chunk runs its GEMMs (rows past the sequence zero-filled, so the
+//! elementwise work needs no length tests); a short chunk (the last one, a decode call of a few
+//! tokens) takes instantiations that rotate and multiply only the 16-row tiles holding its times
+//! (see [`tiles`]); its scalars and angle logits are loaded into registers one chunk ahead, and
+//! its angle increments and token scalars (double-banked) are formed beside the current chunk's
+//! state pass: four barriers per chunk.
 //!
 //! Angle precision: the angles' errors (f32 increments ~1e-7 relative, `sin.approx` ~5e-7
 //! absolute) sit far below the bf16 rounding of q̂ and k̂ (4e-3 relative) that follows them; the
