@@ -404,8 +404,9 @@ fn cs_source(bk: &Blk, half_split: bool) -> (u32, u32) {
     }
 }
 
-/// Phase R: q̂, k̂, x and x_w of the chunk as bf16 tiles, all 16 times (the rows past the chunk's
-/// length come from zero-filled staging, see [`stage_chunk`]).
+/// Phase R: q̂, k̂, x and x_w of the chunk as bf16 tiles: all 16 times of a full chunk (rows past
+/// the sequence come from zero-filled staging, see [`stage_chunk`]); of a short one (`!FULL`) the
+/// row groups holding its `len` times, past them only zeroed k̂ and x_w rows (see [`tiles`]).
 #[inline(always)]
 unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FULL: bool>(
     bk: &Blk,
@@ -427,7 +428,7 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
         for i0 in (0..C).step_by(ROTATE_GROUP) {
             // Groups wholly past the chunk only zero the k̂ and x_w rows that the state pass reads
             // (its k-steps all run: skipping them made ptxas spill); the other GEMMs skip these
-            // tiles (see `tiles_in`).
+            // tiles (see [`tiles`]).
             if !FULL && i0 >= len {
                 for di in 0..ROTATE_GROUP as u32 {
                     let rho = 4 * (i0 + di) + r;
