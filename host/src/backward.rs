@@ -432,22 +432,21 @@ fn kernels_for(config: &ForwardConfig, path: BackwardPath) -> (Kernel, Kernel) {
         Dtype::F32 => Kernel::BackwardReduceF32,
         Dtype::Bf16 => Kernel::BackwardReduceBf16,
     };
-    let head = match (config.dtype, path) {
-        (dtype, BackwardPath::Chunked) => Kernel::backward_chunked_fixed(
-            dtype,
-            FixedBackwardGeometry {
-                rank: config.rank,
-                state_dim: config.state_dim,
-                head_dim: config.head_dim,
-                num_angles: config.num_angles,
-            },
-        )
-        .unwrap_or(match dtype {
-            Dtype::F32 => Kernel::BackwardChunkedF32,
-            Dtype::Bf16 => Kernel::BackwardChunkedBf16,
-        }),
-        (Dtype::F32, BackwardPath::TokenSerial) => Kernel::BackwardHeadF32,
-        (Dtype::Bf16, BackwardPath::TokenSerial) => Kernel::BackwardHeadBf16,
+    let fixed = Kernel::backward_chunked_fixed(
+        config.dtype,
+        FixedBackwardGeometry {
+            rank: config.rank,
+            state_dim: config.state_dim,
+            head_dim: config.head_dim,
+            num_angles: config.num_angles,
+        },
+    );
+    let head = match (config.dtype, path, fixed) {
+        (_, BackwardPath::Chunked, Some(kernel)) => kernel,
+        (Dtype::F32, BackwardPath::Chunked, None) => Kernel::BackwardChunkedF32,
+        (Dtype::Bf16, BackwardPath::Chunked, None) => Kernel::BackwardChunkedBf16,
+        (Dtype::F32, BackwardPath::TokenSerial, _) => Kernel::BackwardHeadF32,
+        (Dtype::Bf16, BackwardPath::TokenSerial, _) => Kernel::BackwardHeadBf16,
     };
     (head, reduce)
 }
