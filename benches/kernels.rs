@@ -352,7 +352,9 @@ fn bench_decode_dtype<X: Activation>(
                 });
                 let bytes = config.min_bytes(tokens, X::DTYPE.bytes()) as f64;
                 let per_token_us = graph_ms * 1e3 / tokens as f64;
-                let kernel = path.kernel::<X>(&config).map_or("?", |k| k.symbol());
+                let kernel = path
+                    .kernel::<X>(&config, tokens)
+                    .map_or("?", |k| k.symbol());
                 println!(
                     "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11.1} {:>7.1}x   kernels: {kernel} {path:?}{}",
                     format!("decode/{dtype}/B={batch}/T={tokens}"),

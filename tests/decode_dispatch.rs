@@ -279,8 +279,13 @@ fn multi_token_calls_run_the_chunked_forward() {
         );
         assert!(c.check_path(DecodePath::Chunked, 8).is_ok());
     }
+    // Fewer tokens than a chunk run the tensor-core forward's short-call instantiation.
     assert_eq!(
         reference(256).dispatch_paths::<bf16>(8, H200_SHARED_MEMORY),
+        ["forward_mma_short_bf16_r4_n128_p64_na32_c16"]
+    );
+    assert_eq!(
+        reference(256).dispatch_paths::<bf16>(16, H200_SHARED_MEMORY),
         ["forward_mma_bf16_r4_n128_p64_na32_c16"]
     );
     assert_eq!(
@@ -290,13 +295,13 @@ fn multi_token_calls_run_the_chunked_forward() {
     // Pinned, the chunked path names the forward kernel that runs it.
     assert_eq!(
         DecodePath::Chunked
-            .kernel::<f32>(&reference(1))
+            .kernel::<f32>(&reference(1), 8)
             .map(|k| k.symbol()),
         Some("forward_fixed_f32_r4_n128_p64_na32_c16")
     );
     assert_eq!(
         DecodePath::Chunked
-            .kernel::<bf16>(&general(1))
+            .kernel::<bf16>(&general(1), 8)
             .map(|k| k.symbol()),
         Some("forward_fma_bf16_r4")
     );

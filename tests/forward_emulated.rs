@@ -116,8 +116,23 @@ fn fixed_geometry(g: Mamba3Geometry, chunk: usize, bf16: bool) -> bool {
 enum Forward {
     /// `chunked_forward` (general or fixed geometry, as the host dispatches).
     Chunked,
-    /// `chunked_forward_mma` (bf16, R=4, N=128, P=64, Na=32, C=16 only).
+    /// `chunked_forward_mma` (bf16, R=4, N=128, P=64, Na=32, C=16 only), as the host
+    /// dispatches it: the short-call instantiation when the call is one chunk shorter than C.
     TensorCore,
+    /// `chunked_forward_mma`'s short-call instantiation whatever the length (it is correct for
+    /// any call; the host runs it only below C).
+    TensorCoreShort,
+}
+
+impl Forward {
+    /// Tag for the error lines.
+    fn label(self) -> &'static str {
+        match self {
+            Forward::Chunked => "",
+            Forward::TensorCore => " tensor-core",
+            Forward::TensorCoreShort => " tensor-core short",
+        }
+    }
 }
 
 fn run_emulated(
@@ -246,13 +261,14 @@ fn run_emulated(
     );
     let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
     let grid = (g.heads as u32, (g.batch * segments) as u32);
-    if segments > 1 && forward == Forward::TensorCore {
+    let tensor_core = matches!(forward, Forward::TensorCore | Forward::TensorCoreShort);
+    if segments > 1 && tensor_core {
         emulation::run_grid(
             grid,
             FORWARD_MMA_THREADS as usize,
             forward_mma_smem::BYTES as usize / 4,
             &mem.buffers,
-            || unsafe { chunked_forward_mma::chunked_forward_mma::<true>(&params) },
+            || unsafe { chunked_forward_mma::chunked_forward_mma::<true, false>(&params) },
         );
     } else if segments > 1 {
         emulation::run_grid(
@@ -306,14 +322,21 @@ fn run_emulated(
             || unsafe { segment_state::segment_combine(&combine) },
         );
     }
-    if forward == Forward::TensorCore {
+    if tensor_core {
         assert!(bf16 && fixed_geometry(g, chunk, bf16));
+        let short = forward == Forward::TensorCoreShort || (segments == 1 && g.seq_len < chunk);
         emulation::run_grid(
             grid,
             FORWARD_MMA_THREADS as usize,
             forward_mma_smem::BYTES as usize / 4,
             &mem.buffers,
-            || unsafe { chunked_forward_mma::chunked_forward_mma::<false>(&params) },
+            || unsafe {
+                if short {
+                    chunked_forward_mma::chunked_forward_mma::<false, true>(&params)
+                } else {
+                    chunked_forward_mma::chunked_forward_mma::<false, false>(&params)
+                }
+            },
         );
     } else {
         run_chunked_forward(grid, words, &mem.buffers, &params, g, chunk, bf16);
@@ -397,7 +420,7 @@ fn check_forward(case: &Case, seed: u64, staged: bool, segments: usize, forward:
     eprintln!(
         "emulated {}{}{} K={segments} {:?} C={} {:?}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
         if case.bf16 { "bf16" } else { "f32" },
-        if forward == Forward::TensorCore { " tensor-core" } else { "" },
+        forward.label(),
         if staged { " staged" } else { "" },
         case.geo,
         case.chunk,
@@ -556,6 +579,12 @@ fn emulated_tensor_core_kernel_matches_golden() {
             geo(1, 1, 4, 1, 1, 128, 64, 32),
             opts(HalfSplit, Gated, false, false),
         ),
+        // One short chunk in fused-norm mode: the short-call kernel's epilogue skips the norm's
+        // partial sums of the tiles past the times.
+        (
+            geo(1, 7, 4, 1, 2, 128, 64, 32),
+            opts(Pairwise, FusedNorm, true, true),
+        ),
     ];
     let mut worst = 0.0f64;
     for (i, (g, o)) in cases.into_iter().enumerate() {
@@ -567,6 +596,16 @@ fn emulated_tensor_core_kernel_matches_golden() {
         };
         let seed = 300 + i as u64;
         worst = worst.max(check_forward(&case, seed, true, 1, Forward::TensorCore));
+        if i == 0 {
+            // The short-call kernel over full chunks and a tail (correct for any call).
+            worst = worst.max(check_forward(
+                &case,
+                seed,
+                true,
+                1,
+                Forward::TensorCoreShort,
+            ));
+        }
         if g.seq_len > 16 {
             let segments = g.seq_len.div_ceil(16).min(3);
             worst = worst.max(check_forward(
@@ -635,7 +674,7 @@ fn check_continuation(
     eprintln!(
         "emulated continuation {}{} after {prefix} tokens K={segments} {:?} C={}: error out {e_out:.2e} theta {e_theta:.2e} ssm {e_ssm:.2e} k {e_k:.2e} v {e_v:.2e}",
         if case.bf16 { "bf16" } else { "f32" },
-        if forward == Forward::TensorCore { " tensor-core" } else { "" },
+        forward.label(),
         tail.geometry,
         case.chunk,
     );

@@ -430,6 +430,17 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
             "forward_fixed_f32_r4_n128_p64_na32_c16"
         ]
     );
+    // Shorter than one chunk: never split, the tensor-core forward's short-call instantiation;
+    // one chunk exactly: the full-chunk kernel.
+    for (seq_len, kernel) in [
+        (1, "forward_mma_short_bf16_r4_n128_p64_na32_c16"),
+        (15, "forward_mma_short_bf16_r4_n128_p64_na32_c16"),
+        (16, "forward_mma_bf16_r4_n128_p64_na32_c16"),
+    ] {
+        let short = ForwardConfig { seq_len, ..base };
+        assert_eq!(sequence_segments(&short, 132), 1);
+        assert_eq!(dispatch_paths_with_workspace(&short, 132), vec![kernel]);
+    }
     // Another chunk size: no fixed-geometry instantiation, the rank's general kernels.
     let general = ForwardConfig {
         chunk_size: 32,
@@ -535,6 +546,7 @@ fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
     const { assert!(2 * (forward_mma_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES) };
     for entry in [
         "forward_mma_bf16_r4_n128_p64_na32_c16",
+        "forward_mma_short_bf16_r4_n128_p64_na32_c16",
         "segment_state_mma_bf16_r4_n128_p64_na32_c16",
     ] {
         let bound = LAUNCH_BOUNDS

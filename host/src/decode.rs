@@ -105,10 +105,12 @@ pub enum DecodePath {
 }
 
 impl DecodePath {
-    /// The entry point this path launches for activation type `X` and `config`'s geometry, if
-    /// instantiated: the fixed-geometry instantiation when one matches exactly
-    /// ([`Kernel::decode_fixed`]), else the rank's general kernel.
-    pub fn kernel<X: Activation>(&self, config: &DecodeConfig) -> Option<Kernel> {
+    /// The entry point this path launches for activation type `X`, `config`'s geometry and a
+    /// call of `tokens` tokens, if instantiated: the fixed-geometry instantiation when one
+    /// matches exactly ([`Kernel::decode_fixed`]), else the rank's general kernel; for the
+    /// chunked path the forward kernel of a `tokens`-long sequence (shorter than a chunk: the
+    /// tensor-core forward's short-call instantiation).
+    pub fn kernel<X: Activation>(&self, config: &DecodeConfig, tokens: usize) -> Option<Kernel> {
         let rank = config.rank;
         let fixed = Kernel::decode_fixed(
             X::DTYPE,
@@ -126,7 +128,9 @@ impl DecodePath {
             (DecodePath::SharedTile, None) => Kernel::decode(X::DTYPE, rank),
             (DecodePath::RegisterResident { .. }, None) => Kernel::decode_rows(X::DTYPE, rank),
             (DecodePath::Streaming { .. }, None) => Kernel::decode_stream(X::DTYPE, rank),
-            (DecodePath::Chunked, _) => forward::kernel_for(&config.forward_config(1, X::DTYPE)),
+            (DecodePath::Chunked, _) => {
+                forward::kernel_for(&config.forward_config(tokens, X::DTYPE))
+            }
         }
     }
 
@@ -426,7 +430,7 @@ impl DecodeConfig {
         max_shared_memory: usize,
     ) -> Vec<&'static str> {
         self.path::<X>(tokens, 1, max_shared_memory)
-            .kernel::<X>(self)
+            .kernel::<X>(self, tokens)
             .map(|k| vec![k.symbol()])
             .unwrap_or_default()
     }
@@ -890,7 +894,7 @@ pub fn step_tokens<X: Activation>(
         }
     };
     let kernel = path
-        .kernel::<X>(&c)
+        .kernel::<X>(&c, tokens)
         .ok_or_else(|| Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"))?;
     let rows_per_warp = path.rows_per_warp();
     let mut ptrs = Pointers {

@@ -513,9 +513,16 @@ fn fixed_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
 }
 
 /// The tensor-core forward and its segment-state pass for `config`, if its dtype and geometry
-/// have them ([`Kernel::forward_tensor_core`]).
+/// have them ([`Kernel::forward_tensor_core`]); a call shorter than one chunk (never split) runs
+/// the short-call instantiation ([`Kernel::forward_tensor_core_short`]).
 fn tensor_core_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
-    Kernel::forward_tensor_core(config.dtype, fixed_geometry(config))
+    let geometry = fixed_geometry(config);
+    let (forward, segment_state) = Kernel::forward_tensor_core(config.dtype, geometry)?;
+    let forward = match Kernel::forward_tensor_core_short(config.dtype, geometry) {
+        Some(short) if config.seq_len < config.chunk_size => short,
+        _ => forward,
+    };
+    Some((forward, segment_state))
 }
 
 /// Whether the forward of `config` has a tensor-core kernel ([`Kernel::forward_tensor_core`])

@@ -100,6 +100,10 @@ pub enum Kernel {
     /// Chunked forward on bf16 tensor cores (`mma.m16n8k16`, state in registers), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
     ForwardMmaBf16R4N128P64Na32C16,
+    /// The tensor-core forward's instantiation for calls shorter than one chunk (a decode call of
+    /// a few tokens: its state pass and epilogue skip the empty 16-row tiles too), bf16, R=4,
+    /// N=128, P=64, Na=32, C=16.
+    ForwardMmaShortBf16R4N128P64Na32C16,
     /// Segment-state pass of the split tensor-core forward, bf16, R=4, N=128, P=64, Na=32, C=16.
     SegmentStateMmaBf16R4N128P64Na32C16,
     /// Segment-state pass instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), f32
@@ -146,7 +150,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 66] = [
+    pub const ALL: [Kernel; 67] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -193,6 +197,7 @@ impl Kernel {
         Kernel::ForwardFixedF32R4N128P64Na32C16,
         Kernel::ForwardFixedBf16R4N128P64Na32C16,
         Kernel::ForwardMmaBf16R4N128P64Na32C16,
+        Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
         Kernel::SegmentStateFixedF32R4N128P64Na32C16,
         Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
@@ -266,6 +271,9 @@ impl Kernel {
             Kernel::ForwardFixedF32R4N128P64Na32C16 => "forward_fixed_f32_r4_n128_p64_na32_c16",
             Kernel::ForwardFixedBf16R4N128P64Na32C16 => "forward_fixed_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaBf16R4N128P64Na32C16 => "forward_mma_bf16_r4_n128_p64_na32_c16",
+            Kernel::ForwardMmaShortBf16R4N128P64Na32C16 => {
+                "forward_mma_short_bf16_r4_n128_p64_na32_c16"
+            }
             Kernel::SegmentStateMmaBf16R4N128P64Na32C16 => {
                 "segment_state_mma_bf16_r4_n128_p64_na32_c16"
             }
@@ -338,6 +346,15 @@ impl Kernel {
         geometry: FixedForwardGeometry,
     ) -> Option<(Kernel, Kernel)> {
         fixed_forward_row(dtype, geometry).and_then(|row| row.tensor_core)
+    }
+
+    /// The tensor-core forward's short-call instantiation for exactly this dtype and geometry,
+    /// if any (see [`FixedForward::tensor_core_short`]).
+    pub fn forward_tensor_core_short(
+        dtype: crate::Dtype,
+        geometry: FixedForwardGeometry,
+    ) -> Option<Kernel> {
+        fixed_forward_row(dtype, geometry).and_then(|row| row.tensor_core_short)
     }
 
     /// The decode kernels (shared tile, register resident, streaming) instantiated for exactly
@@ -420,6 +437,11 @@ pub struct FixedForward {
     /// `segment_state` when q, k, v and z are 16-byte aligned and the kernel's shared memory
     /// fits the GPU.
     pub tensor_core: Option<(Kernel, Kernel)>,
+    /// The tensor-core forward's instantiation for a call shorter than one chunk
+    /// ([`Kernel::ForwardMmaShortBf16R4N128P64Na32C16`]), run instead of the first kernel of
+    /// `tensor_core` there: it also skips the empty tiles of the state pass and the epilogue,
+    /// which the full-chunk kernel keeps (skipping them there cost full chunks 2–3%).
+    pub tensor_core_short: Option<Kernel>,
 }
 
 /// The benchmark's (and upstream's tuned) geometry.
@@ -440,6 +462,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         forward: Kernel::ForwardFixedF32R4N128P64Na32C16,
         segment_state: Kernel::SegmentStateFixedF32R4N128P64Na32C16,
         tensor_core: None,
+        tensor_core_short: None,
     },
     FixedForward {
         dtype: crate::Dtype::Bf16,
@@ -450,6 +473,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
             Kernel::ForwardMmaBf16R4N128P64Na32C16,
             Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
         )),
+        tensor_core_short: Some(Kernel::ForwardMmaShortBf16R4N128P64Na32C16),
     },
 ];
 
@@ -710,6 +734,11 @@ mod tests {
                     Kernel::forward_tensor_core(row.dtype, g),
                     Some((tc, tc_seg))
                 );
+            }
+            if let Some(short) = row.tensor_core_short {
+                assert!(row.tensor_core.is_some());
+                assert_eq!(short.symbol(), format!("forward_mma_short_{suffix}"));
+                assert_eq!(Kernel::forward_tensor_core_short(row.dtype, g), Some(short));
             }
             assert_eq!(Kernel::forward_tensor_core(row.dtype, other), None);
         }

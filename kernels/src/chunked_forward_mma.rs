@@ -708,9 +708,10 @@ fn norm_weights(prm: &ForwardParams, bk: &Blk, j: usize) -> [f32; 2] {
 }
 
 /// Phase M2, second part: D, norm, gate, contraction (or prereduce) and the output stores.
+/// `!FULL` (the short-call kernel only) skips the 16-row tiles past the chunk's times.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn phase_epilogue(
+unsafe fn phase_epilogue<const FULL: bool>(
     prm: &ForwardParams,
     bk: &Blk,
     c0: u32,
@@ -725,11 +726,15 @@ unsafe fn phase_epilogue(
     let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
     let has_z = prm.z != 0;
     let norm = prm.mode == output_mode::FUSED_NORM;
+    let past = |mt: usize| !FULL && mt >= tiles::<FULL>(len) as usize;
     // SAFETY (whole body): bank rows < len (written by the chunk's `cp.async` group), tile and
     // NORM addresses inside the layout; output indices of times < len inside the output tensor.
     unsafe {
         // D·x (all 16 times: the bank's rows past `len` are zero-filled).
         for (mt, ym) in y.iter_mut().enumerate() {
+            if past(mt) {
+                continue;
+            }
             for half in 0..2u32 {
                 let i = 4 * mt as u32 + g / 4 + 2 * half;
                 for (j, yj) in ym.iter_mut().enumerate() {
@@ -743,6 +748,9 @@ unsafe fn phase_epilogue(
         }
         if norm {
             for (mt, ym) in y.iter().enumerate() {
+                if past(mt) {
+                    continue;
+                }
                 for half in 0..2usize {
                     let s = 2 * half;
                     let mut ss = 0.0f32;
@@ -759,6 +767,9 @@ unsafe fn phase_epilogue(
             }
             sync_threads();
             for (mt, ym) in y.iter_mut().enumerate() {
+                if past(mt) {
+                    continue;
+                }
                 for half in 0..2usize {
                     let row = 16 * mt as u32 + g + 8 * half as u32;
                     let mut total = 0.0f32;
@@ -777,6 +788,9 @@ unsafe fn phase_epilogue(
         // The gate, z read where it is applied (rows past `len` are zero-filled, never stored).
         if has_z {
             for (mt, ym) in y.iter_mut().enumerate() {
+                if past(mt) {
+                    continue;
+                }
                 for half in 0..2u32 {
                     let i = 4 * mt as u32 + g / 4 + 2 * half;
                     for (j, yj) in ym.iter_mut().enumerate() {
@@ -792,6 +806,9 @@ unsafe fn phase_epilogue(
         let tok0 = bk.b * bk.s_len + c0 as usize;
         if prm.mode == output_mode::PREREDUCE {
             for (mt, ym) in y.iter().enumerate() {
+                if past(mt) {
+                    continue;
+                }
                 for half in 0..2u32 {
                     let i = 4 * mt as u32 + g / 4 + 2 * half;
                     if i < len {
@@ -814,6 +831,9 @@ unsafe fn phase_epilogue(
             // the accumulators in local memory).
             let (upper, odd) = (r >> 1 == 1, r & 1 == 1);
             for (mt, ym) in y.iter().enumerate() {
+                if past(mt) {
+                    continue;
+                }
                 let mut by_j = [[0.0f32; 2]; 2];
                 for (jj, yj) in ym.iter().enumerate() {
                     for e in 0..2 {
@@ -843,9 +863,11 @@ unsafe fn phase_epilogue(
     }
 }
 
-/// Phase M3: `H ← exp(A_last)·H + x_wᵀ·k̂` for the warp's 16 state rows.
+/// Phase M3: `H ← exp(A_last)·H + x_wᵀ·k̂` for the warp's 16 state rows. `!FULL` (the
+/// short-call kernel only) sums over the 16-row tiles holding the chunk's times alone (phase R
+/// zeroed k̂ and x_w past them).
 #[inline(always)]
-unsafe fn phase_state(bk: &Blk, len: u32, bank: u32, state: &mut [[f32; 4]; 16]) {
+unsafe fn phase_state<const FULL: bool>(bk: &Blk, len: u32, bank: u32, state: &mut [[f32; 4]; 16]) {
     let (w, lane) = (bk.warp, bk.lane);
     // SAFETY (whole body): tile addresses inside the XW and K regions, len − 1 < 16.
     unsafe {
@@ -855,7 +877,7 @@ unsafe fn phase_state(bk: &Blk, len: u32, bank: u32, state: &mut [[f32; 4]; 16])
                 *v *= decay;
             }
         }
-        for kk in 0..4u32 {
+        for kk in 0..tiles::<FULL>(len) {
             let row = 16 * kk + lane % 8 + 8 * (lane / 16);
             let col = 16 * w + 8 * ((lane / 8) % 2);
             let a = ldmatrix_x4_trans(bk.base + L::XW + row * L::X_STRIDE + 2 * col);
@@ -1065,7 +1087,7 @@ unsafe fn store_segment_end(
 /// # Safety
 /// The module's launch contract.
 #[inline(always)]
-pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) {
+pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(prm: &ForwardParams) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
     let h = block_x() as usize;
     let segments = prm.segments.max(1) as usize;
@@ -1158,7 +1180,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
             if next < t_end {
                 pf = prefetch(prm, &bk, next, (t_end - next).min(C));
             }
-            let full = len == C;
+            let full = (len == C) & !SHORT;
             match (half_split, full) {
                 (true, true) => phase_rotate::<STATES_ONLY, true, true>(&bk, len, bank, &rp, cs_at),
                 (true, false) => {
@@ -1190,9 +1212,17 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
                 } else {
                     phase_intra::<false>(&bk, len, &mut y);
                 }
-                phase_epilogue(prm, &bk, c0, len, bank, &mut y, &cp);
+                if SHORT {
+                    phase_epilogue::<false>(prm, &bk, c0, len, bank, &mut y, &cp);
+                } else {
+                    phase_epilogue::<true>(prm, &bk, c0, len, bank, &mut y, &cp);
+                }
             }
-            phase_state(&bk, len, bank, &mut state);
+            if SHORT {
+                phase_state::<false>(&bk, len, bank, &mut state);
+            } else {
+                phase_state::<true>(&bk, len, bank, &mut state);
+            }
             if next < t_end {
                 s1 = phase_increments(&bk, (t_end - next).min(C), &pf, bank ^ 1);
             }
@@ -1225,7 +1255,23 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool>(prm: &ForwardParams) 
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn forward_mma_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<false>(&params) }
+    unsafe { chunked_forward_mma::<false, false>(&params) }
+}
+
+/// Tensor-core forward entry point for calls whose chunks are all shorter than C (S < 16: a
+/// decode call of a few tokens), bf16, R = 4, N = 128, P = 64, Na = 32, C = 16: the state pass and
+/// the epilogue, too, skip the 16-row tiles past the chunk's times (see [`tiles`]). Correct for
+/// any call; a separate entry point so that full chunks keep their code (see [`tiles`]).
+///
+/// # Safety
+/// The module's launch contract.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn forward_mma_short_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma::<false, true>(&params) }
 }
 
 /// Segment-state pass of the split tensor-core forward, bf16, R = 4, N = 128, P = 64, Na = 32,
@@ -1239,5 +1285,5 @@ pub unsafe extern "ptx-kernel" fn segment_state_mma_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<true>(&params) }
+    unsafe { chunked_forward_mma::<true, false>(&params) }
 }

@@ -142,44 +142,18 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         let mut inputs = row_inputs(0);
         let dt = ld_global_nc_f32(gf(prm.dt, bh));
         let adt = ld_global_nc_f32(gf(prm.adt, bh));
-        let lambda = sigmoid(X::load(prm.trap, bh as usize));
-        let alpha = exp(adt);
-        let beta = (1.0 - lambda) * dt * alpha;
-        let gamma = lambda * dt;
-
-        // --- The new angles (lane j advances angles j and j + 32 in f64 and keeps their stored
-        // form in the warp's region), then the sines and cosines of this lane's columns by shuffles ---
-        let pairwise = prm.rotation == rotation::PAIRWISE;
-        let mut angle_sincos = [(0.0f32, 1.0f32); 2];
-        for (a, sc) in angle_sincos.iter_mut().enumerate() {
+        let trap = X::load(prm.trap, bh as usize);
+        // This lane's two angles: old θ and the logit, loaded with the rest.
+        let angle_inputs: [[f32; 2]; 2] = core::array::from_fn(|a| {
             let i = lane + 32 * a as u32;
             if i < na {
-                let old = ld_global_f32(gf(prm.theta, bh * na + i));
-                let logit = ld_global_nc_f32(gf(prm.angles, bh * na + i));
-                let theta = advance(old as f64, logit, dt);
-                st_shared_f32(at(sm, lay.theta, i), stored_f32(theta));
-                *sc = sincos(reduced_f32(theta));
+                [ld_global_f32(gf(prm.theta, bh * na + i)), ld_global_nc_f32(gf(prm.angles, bh * na + i))]
+            } else {
+                [0.0; 2]
             }
-        }
-        let mut sin = [0.0f32; 4];
-        let mut cos = [1.0f32; 4];
-        for e in 0..4 {
-            let c = load_col + e as u32;
-            let i = if pairwise { c / 2 } else { c % half_n };
-            let from = i % 32;
-            let (mut s, mut c) = (shfl_idx_f32(angle_sincos[0].0, from), shfl_idx_f32(angle_sincos[0].1, from));
-            if na > 32 {
-                let (s1, c1) = (shfl_idx_f32(angle_sincos[1].0, from), shfl_idx_f32(angle_sincos[1].1, from));
-                if i >= 32 {
-                    (s, c) = (s1, c1);
-                }
-            }
-            if active && i < na {
-                (sin[e], cos[e]) = (s, c);
-            }
-        }
-
+        });
         // --- q̂, k̂ and k̂_prev of this lane's columns, two ranks at a time into the warp's region ---
+        let pairwise = prm.rotation == rotation::PAIRWISE;
         // A rolled loop over rank pairs keeps two ranks' loads in flight together (one memory
         // latency per pair) without holding every rank's raw vectors in registers.
         // The partner columns of the lane's quad: the quad itself, pairs swapped (pairwise); the
@@ -216,6 +190,44 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             let k_other = others(prm.k, prm.k_bias, k_own);
             [q_own, q_other, k_own, k_other]
         };
+        // The first ranks' raw vectors go out with the other prologue loads (one memory latency
+        // for all of them); the rank loop loads each next pair once these are stored.
+        let mut ranks = (load_rank(0), if R >= 4 { load_rank(1) } else { [[0.0; 4]; 4] });
+        let lambda = sigmoid(trap);
+        let alpha = exp(adt);
+        let beta = (1.0 - lambda) * dt * alpha;
+        let gamma = lambda * dt;
+
+        // --- The new angles (lane j advances angles j and j + 32 in f64 and keeps their stored
+        // form in the warp's region), then the sines and cosines of this lane's columns by shuffles ---
+        let mut angle_sincos = [(0.0f32, 1.0f32); 2];
+        for (a, sc) in angle_sincos.iter_mut().enumerate() {
+            let i = lane + 32 * a as u32;
+            if i < na {
+                let [old, logit] = angle_inputs[a];
+                let theta = advance(old as f64, logit, dt);
+                st_shared_f32(at(sm, lay.theta, i), stored_f32(theta));
+                *sc = sincos(reduced_f32(theta));
+            }
+        }
+        let mut sin = [0.0f32; 4];
+        let mut cos = [1.0f32; 4];
+        for e in 0..4 {
+            let c = load_col + e as u32;
+            let i = if pairwise { c / 2 } else { c % half_n };
+            let from = i % 32;
+            let (mut s, mut c) = (shfl_idx_f32(angle_sincos[0].0, from), shfl_idx_f32(angle_sincos[0].1, from));
+            if na > 32 {
+                let (s1, c1) = (shfl_idx_f32(angle_sincos[1].0, from), shfl_idx_f32(angle_sincos[1].1, from));
+                if i >= 32 {
+                    (s, c) = (s1, c1);
+                }
+            }
+            if active && i < na {
+                (sin[e], cos[e]) = (s, c);
+            }
+        }
+
         // The pair (x0, x1) turns into (x0·cos − x1·sin, x0·sin + x1·cos).
         let rotate = |own: [f32; 4], other: [f32; 4]| -> [f32; 4] {
             core::array::from_fn(|e| {
@@ -238,13 +250,18 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         let mut r = 0;
         while r < opaque_u32(r_count) {
             if R >= 4 {
-                let (first, second) = (load_rank(r), load_rank(r + 1));
-                store_rank(r, first);
-                store_rank(r + 1, second);
+                store_rank(r, ranks.0);
+                store_rank(r + 1, ranks.1);
                 r += 2;
+                if r < r_count {
+                    ranks = (load_rank(r), load_rank(r + 1));
+                }
             } else {
-                store_rank(r, load_rank(r));
+                store_rank(r, ranks.0);
                 r += 1;
+                if r < r_count {
+                    ranks.0 = load_rank(r);
+                }
             }
         }
         // k̂ and k̂_prev stay in registers for the rows; q̂ is read per row.
@@ -283,14 +300,33 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 inputs = row_inputs(done);
             }
             // --- Lane l: the weights of rows l and l + 32 of the group; raw v replaced by the
-            // current one ---
+            // current one. Every parameter load of the lane's rows goes out before the first
+            // store (stores are `asm!` with memory effects: a load after one waits its turn) ---
+            let row_params = |kind: u32| -> [[f32; R]; 2] {
+                core::array::from_fn(|k| {
+                    let j = lane + 32 * k as u32;
+                    let row = first_row + done + j;
+                    core::array::from_fn(|r| {
+                        let at_param = (h * r_count + r as u32) * p + row;
+                        match kind {
+                            0 if j < group_rows => ld_global_nc_f32(gf(prm.mimo_v, at_param)),
+                            1 if j < group_rows && has_z => ld_global_nc_f32(gf(prm.mimo_z, at_param)),
+                            2 if j < group_rows && prm.mimo_o != 0 => ld_global_nc_f32(gf(prm.mimo_o, at_param)),
+                            _ => 1.0,
+                        }
+                    })
+                })
+            };
             for (k, j) in [lane, lane + 32].into_iter().enumerate() {
                 if j < group_rows {
                     let row = first_row + done + j;
                     let [vc, vp, _] = inputs[k];
+                    let mimo_v: [f32; R] = core::array::from_fn(|r| {
+                        ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r as u32) * p + row))
+                    });
                     X::store(prm.v_state, (token_hp + row) as usize, vc);
-                    for r in 0..r_count {
-                        let mv = ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r) * p + row));
+                    for (r, &mv) in mimo_v.iter().enumerate() {
+                        let r = r as u32;
                         st_shared_f32(at(sm, lay.weights, j * w_stride + r), beta * vp * mv);
                         st_shared_f32(at(sm, lay.weights, j * w_stride + r_count + r), gamma * vc * mv);
                     }
@@ -375,22 +411,22 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             }
             sync_warp();
 
-            // --- Lane l: the outputs of rows l and l + 32 (D skip, gate, contraction over ranks) ---
+            // --- Lane l: the outputs of rows l and l + 32 (D skip, gate, contraction over ranks);
+            // the parameters are loaded again (the rows' registers are free now), all before the
+            // first use ---
+            let (mimo_v, mimo_z, mimo_o) = (row_params(0), row_params(1), row_params(2));
             for (k, j) in [lane, lane + 32].into_iter().enumerate() {
                 if j < group_rows {
                     let row = first_row + done + j;
                     let [vc, _, z] = inputs[k];
                     let mut out = 0.0f32;
-                    for r in 0..r_count {
-                        let param = (h * r_count + r) * p + row;
-                        let mv = ld_global_nc_f32(gf(prm.mimo_v, param));
-                        let y = d_skip * vc * mv + ld_shared_f32(at(sm, lay.y, r * GROUP + j));
-                        let gate = if has_z { silu(z * ld_global_nc_f32(gf(prm.mimo_z, param))) } else { 1.0 };
+                    for r in 0..R {
+                        let y = d_skip * vc * mimo_v[k][r] + ld_shared_f32(at(sm, lay.y, r as u32 * GROUP + j));
+                        let gate = if has_z { silu(z * mimo_z[k][r]) } else { 1.0 };
                         if prm.mode == output_mode::PREREDUCE {
-                            X::store(prm.out, (((b * r_count + r) * heads + h) * p + row) as usize, y * gate);
+                            X::store(prm.out, (((b * r_count + r as u32) * heads + h) * p + row) as usize, y * gate);
                         } else {
-                            let mo = if prm.mimo_o != 0 { ld_global_nc_f32(gf(prm.mimo_o, param)) } else { 1.0 };
-                            out += y * gate * mo;
+                            out += y * gate * mimo_o[k][r];
                         }
                     }
                     if prm.mode != output_mode::PREREDUCE {
