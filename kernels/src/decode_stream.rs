@@ -299,9 +299,8 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             if done > 0 {
                 inputs = row_inputs(done);
             }
-            // --- Lane l: the weights of rows l and l + 32 of the group; raw v replaced by the
-            // current one. Every parameter load of the lane's rows goes out before the first
-            // store (stores are `asm!` with memory effects: a load after one waits its turn) ---
+            // The parameters (0: mimo_v, 1: mimo_z, 2: mimo_o; 1.0 where absent) of the lane's
+            // two rows of the group, every load issued before any is used.
             let row_params = |kind: u32| -> [[f32; R]; 2] {
                 core::array::from_fn(|k| {
                     let j = lane + 32 * k as u32;
@@ -317,6 +316,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                     })
                 })
             };
+            // --- Lane l: the weights of rows l and l + 32 of the group; raw v replaced by the
+            // current one. A row's R mimo_v loads go out before its stores (stores are `asm!`
+            // with memory effects: a load after one waits its turn; both rows' loads at once
+            // made the general R = 4 kernels spill on sm_80) ---
             for (k, j) in [lane, lane + 32].into_iter().enumerate() {
                 if j < group_rows {
                     let row = first_row + done + j;
