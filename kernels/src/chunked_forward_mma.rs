@@ -426,9 +426,10 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
         // later row's loads above an earlier row's stores, and row by row each shared-memory
         // latency would be waited out alone.
         for i0 in (0..C).step_by(ROTATE_GROUP) {
-            // Groups wholly past the chunk only zero the k̂ and x_w rows that the state pass reads
-            // (its k-steps all run: skipping them made ptxas spill); the other GEMMs skip these
-            // tiles (see [`tiles`]).
+            // Groups wholly past the chunk only zero the k̂ and x_w rows that the full-chunk
+            // kernel's state pass reads on a short last chunk (its k-steps all run there: skipping
+            // them made ptxas spill; the short-call kernel's state pass skips them); the other
+            // GEMMs skip these tiles (see [`tiles`]).
             if !FULL && i0 >= len {
                 for di in 0..ROTATE_GROUP as u32 {
                     let rho = 4 * (i0 + di) + r;
@@ -491,8 +492,9 @@ const ROTATE_GROUP: usize = 4;
 /// The 16-row tiles (four times each) that hold a chunk's `len` times. For a short chunk
 /// (`!FULL`: the last one, or a decode call of a few tokens) phase R rotates only these rows
 /// (past them it zeroes k̂ and x_w) and the score, output and intra GEMMs skip the tiles past
-/// them. Full chunks take separate instantiations with the bound a constant, so their code is
-/// what it was without the bound (a runtime bound there cost 3%).
+/// them; in the short-call kernel (`SHORT`, calls of fewer than C tokens) the state pass and the
+/// epilogue skip them too. Full chunks take separate instantiations with the bound a constant, so
+/// their code is what it was without the bound (a runtime bound there cost 3%).
 #[inline(always)]
 fn tiles<const FULL: bool>(len: u32) -> u32 {
     if FULL {
@@ -730,7 +732,7 @@ unsafe fn phase_epilogue<const FULL: bool>(
     // SAFETY (whole body): bank rows < len (written by the chunk's `cp.async` group), tile and
     // NORM addresses inside the layout; output indices of times < len inside the output tensor.
     unsafe {
-        // D·x (all 16 times: the bank's rows past `len` are zero-filled).
+        // D·x (every time of the tiles it runs: the bank's rows past `len` are zero-filled).
         for (mt, ym) in y.iter_mut().enumerate() {
             if past(mt) {
                 continue;
@@ -1082,7 +1084,8 @@ unsafe fn store_segment_end(
 /// after the combine pass) and writes the outputs, and the last segment the final states.
 /// `STATES_ONLY = true` is the segment-state pass: from a zero state and zero angles it forms only
 /// k̂, x_w and the state, and writes the segment's end state, angle total and decay into slot s;
-/// the last segment's block has nothing to do.
+/// the last segment's block has nothing to do. `SHORT` makes every chunk take the short-chunk
+/// path, state pass and epilogue included (see [`tiles`]): the kernel for calls shorter than C.
 ///
 /// # Safety
 /// The module's launch contract.

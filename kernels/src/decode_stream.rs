@@ -299,19 +299,17 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             if done > 0 {
                 inputs = row_inputs(done);
             }
-            // The parameters (0: mimo_v, 1: mimo_z, 2: mimo_o; 1.0 where absent) of the lane's
-            // two rows of the group, every load issued before any is used.
-            let row_params = |kind: u32| -> [[f32; R]; 2] {
+            // An (H,R,P) parameter (1.0 where `present` is false) at the lane's two rows of the
+            // group, every rank: all loads issued before any is used.
+            let row_params = |tensor: u64, present: bool| -> [[f32; R]; 2] {
                 core::array::from_fn(|k| {
                     let j = lane + 32 * k as u32;
                     let row = first_row + done + j;
                     core::array::from_fn(|r| {
-                        let at_param = (h * r_count + r as u32) * p + row;
-                        match kind {
-                            0 if j < group_rows => ld_global_nc_f32(gf(prm.mimo_v, at_param)),
-                            1 if j < group_rows && has_z => ld_global_nc_f32(gf(prm.mimo_z, at_param)),
-                            2 if j < group_rows && prm.mimo_o != 0 => ld_global_nc_f32(gf(prm.mimo_o, at_param)),
-                            _ => 1.0,
+                        if present && j < group_rows {
+                            ld_global_nc_f32(gf(tensor, (h * r_count + r as u32) * p + row))
+                        } else {
+                            1.0
                         }
                     })
                 })
@@ -417,7 +415,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             // --- Lane l: the outputs of rows l and l + 32 (D skip, gate, contraction over ranks);
             // the parameters are loaded again (the rows' registers are free now), all before the
             // first use ---
-            let (mimo_v, mimo_z, mimo_o) = (row_params(0), row_params(1), row_params(2));
+            let (mimo_v, mimo_z, mimo_o) = (
+                row_params(prm.mimo_v, true),
+                row_params(prm.mimo_z, has_z),
+                row_params(prm.mimo_o, prm.mimo_o != 0),
+            );
             for (k, j) in [lane, lane + 32].into_iter().enumerate() {
                 if j < group_rows {
                     let row = first_row + done + j;
