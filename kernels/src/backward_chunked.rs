@@ -57,7 +57,7 @@ use mamba3_abi::{
     BackwardChunkedSmem, BackwardParams, BackwardSlots, BACKWARD_THREADS,
 };
 
-use crate::angles::{angle_increment, reduced_f32, rotate_pair};
+use crate::angles::{angle_increment, angle_increment_f32, reduced_f32, rotate_pair};
 use crate::arch::global::prefetch_l2;
 use crate::arch::sreg::{
     block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, smem_base_fresh, st_shared_f32,
@@ -986,7 +986,14 @@ unsafe fn forward_sweep<X: Elem, G: Geometry>(prm: &BackwardParams) {
                 let tt = e / cx.na;
                 let j = e - tt * cx.na;
                 let t = t0 + tt as usize;
-                let inc = angle_increment(ldg(prm.angles, cx.angle(t, j)), ldg(prm.dt, cx.row + t));
+                let (logit, dt) = (ldg(prm.angles, cx.angle(t, j)), ldg(prm.dt, cx.row + t));
+                // bf16 activations: the f32 increment (summed in f64), as the bf16 tensor-core
+                // forward forms it (its error sits far below the bf16 rounding of q̂ and k̂).
+                let inc = if tensor_products::<X>() {
+                    angle_increment_f32(logit, dt) as f64
+                } else {
+                    angle_increment(logit, dt)
+                };
                 st_shared_f64(cx.sm(lay.dth, 2 * e), inc);
                 e += T;
             }
