@@ -141,9 +141,9 @@ fn rows_spread_over_the_sms_at_small_batch() {
 
 #[test]
 fn one_token_at_many_sequence_heads_streams() {
-    // From 512 sequence-heads a one-token call streams; several tokens keep the shared tile,
+    // From 256 sequence-heads a one-token call streams; several tokens keep the shared tile,
     // and so do fewer sequence-heads above the register-resident kernel's 128.
-    assert_eq!(STREAMING_MIN_SEQUENCE_HEADS, 512);
+    assert_eq!(STREAMING_MIN_SEQUENCE_HEADS, 256);
     assert_eq!(
         reference(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
@@ -153,8 +153,12 @@ fn one_token_at_many_sequence_heads_streams() {
         ["decode_stream_bf16_r4"]
     );
     assert_eq!(
-        reference(7).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        reference(3).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
+    );
+    assert_eq!(
+        reference(4).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
+        ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
     );
     // f32 streaming has no fixed instantiation (register budget): the general kernel.
     assert_eq!(
@@ -170,26 +174,31 @@ fn one_token_at_many_sequence_heads_streams() {
         reference(2).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
     );
-    // The row split aims for 8 warps per SM (1056 on 132 SMs). Batch 256: 16384 warps of all
+    // The row split aims for 6 warps per SM (792 on 132 SMs). Batch 256: 16384 warps of all
     // 64 rows.
     assert_eq!(
         reference(256).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
-    // Batch 4 (256 sequence-heads, pinned): 64 → 32 → 16 rows give 256 … 1024 warps; 8 rows
-    // (2048 warps) reach the target.
-    assert_eq!(reference(4).streaming_rows_per_warp(132), 8);
-    // Batch 2 (pinned): 4 rows (2048 warps) is also the floor.
-    assert_eq!(reference(2).streaming_rows_per_warp(132), 4);
-    // Batch 8: 64 → 32 rows give 512, 1024 warps; 16 rows 2048.
+    // Batch 4 (256 sequence-heads): 64 → 32 rows give 256, 512 warps; 16 rows (1024 warps)
+    // reach the target.
     assert_eq!(
-        reference(8).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+        reference(4).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 16 }
     );
-    // Batch 16: 64 rows give 1024 warps; 32 rows 2048.
+    // Batch 2 (pinned): 8 rows (1024 warps).
+    assert_eq!(reference(2).streaming_rows_per_warp(132), 8);
+    // Batch 1 (pinned): 4 rows (1024 warps) is also the floor.
+    assert_eq!(reference(1).streaming_rows_per_warp(132), 4);
+    // Batch 8: 64 rows give 512 warps; 32 rows 1024.
+    assert_eq!(
+        reference(8).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+        DecodePath::Streaming { rows_per_warp: 32 }
+    );
+    // Batch 16: 64 rows give 1024 warps.
     assert_eq!(
         reference(16).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
-        DecodePath::Streaming { rows_per_warp: 32 }
+        DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps.
     assert_eq!(

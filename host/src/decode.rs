@@ -63,17 +63,19 @@ pub const DECODE_FORWARD_CHUNK: usize = 16;
 /// Fewest sequence-heads B·H for which a one-token call runs the streaming kernel.
 ///
 /// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, fixed-geometry kernels, graph-replayed µs
-/// per token): at B = 8 (512 sequence-heads) streaming with 16 rows per warp takes 20.3 against
-/// the shared-tile kernel's 22.4 (with 8 rows per warp, each warp forming q̂ and k̂ for few rows,
-/// 28.4); at B = 32 (2048) 51.1 against 80.2, and at B = 256 364 against 601.
-pub const STREAMING_MIN_SEQUENCE_HEADS: usize = 512;
+/// per token): at B = 4 (256 sequence-heads) streaming with 16 rows per warp takes 13.1 against
+/// the shared-tile kernel's 15.7; at B = 8 (512) 17.6 against 22.0, at B = 32 (2048) 48.1 against
+/// 80, at B = 256 314 against 601. At B = 2 (128) the register-resident kernel (10.8) is as fast
+/// as streaming's best split (10.8) and keeps those calls; 129–255 are not measured.
+pub const STREAMING_MIN_SEQUENCE_HEADS: usize = 256;
 
 /// Warps per SM the streaming kernel's row split aims for: below it a warp's rows are halved
-/// (down to [`STREAMING_MIN_ROWS_PER_WARP`]) so that few sequence-heads still fill the GPU. Half
-/// of the 16 resident warp slots: longer warps repeat the per-(b, h) prologue less often, and
-/// measured faster (B = 32: one warp of 64 rows per sequence-head, 2048 warps, 51.1 µs against
-/// 55.4 with 32 rows; B = 8: 16 rows 20.3 against 8 rows 28.4).
-pub const STREAMING_WARPS_PER_SM: usize = 8;
+/// (down to [`STREAMING_MIN_ROWS_PER_WARP`]) so that few sequence-heads still fill the GPU. Fewer,
+/// longer warps repeat the per-(b, h) prologue less often, and the splits that give about 8 of
+/// the 16 resident warp slots measured faster than twice as many warps: B = 4, 16 rows (1024
+/// warps) 13.1 µs against 8 rows 13.8; B = 8, 32 rows 17.6–17.8 against 16 rows 17.8–18.0; B = 2,
+/// 8 rows 10.8 against 4 rows 11.7; B = 32, 64 rows (2048 warps) 51.1 against 32 rows 55.4.
+pub const STREAMING_WARPS_PER_SM: usize = 6;
 
 /// Fewest state rows a warp of the streaming kernel is given (each warp forms q̂ and k̂ of its
 /// columns itself, so very short row ranges would repeat that work for little state).
