@@ -248,6 +248,9 @@ fn bench_decode_dtype<X: Activation>(
         let state_bytes = batch * h * p * n * 4;
         let copies = (120_000_000usize).div_ceil(state_bytes).max(1);
         for &tokens in token_counts {
+            if !tokens_selected(tokens) {
+                continue;
+            }
             let act = |len: usize, rng: &mut SplitMix64| -> CudaSlice<X> {
                 let v: Vec<X> = (0..len).map(|_| X::from_f64(rng.normal())).collect();
                 stream.clone_htod(&v).expect("uploading inputs")
@@ -312,6 +315,7 @@ fn bench_decode_dtype<X: Activation>(
                 };
                 if path != auto
                     && worth
+                    && !auto_only()
                     && !paths.contains(&Some(path))
                     && config.check_path(path, tokens).is_ok()
                 {
@@ -585,6 +589,21 @@ fn batch_selected(batch: usize) -> bool {
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .is_none_or(|b| b == batch)
+}
+
+/// Whether `MAMBA3_BENCH_TOKENS` (a comma-separated list; unset: every count of the table)
+/// selects this decode token count.
+fn tokens_selected(tokens: usize) -> bool {
+    std::env::var("MAMBA3_BENCH_TOKENS").map_or(true, |list| {
+        list.split(',')
+            .any(|t| t.trim().parse::<usize>() == Ok(tokens))
+    })
+}
+
+/// Whether `MAMBA3_BENCH_AUTO_ONLY=1` restricts the decode table to the automatic path (A/B runs
+/// of one kernel change).
+fn auto_only() -> bool {
+    std::env::var("MAMBA3_BENCH_AUTO_ONLY").is_ok_and(|v| v == "1")
 }
 
 fn bench_forward(gpu: &Gpu, stream: &Arc<CudaStream>) {
