@@ -5,10 +5,11 @@
 //! of one (head, batch row); the rows of a (b, h) are split over `⌈P / rows⌉` blocks, so a small
 //! batch still covers the SMs (the host runs this kernel for few sequence-heads; the
 //! shared-memory kernel of `decode.rs` is faster once B·H blocks fill the GPU). A warp owns
-//! `rows_per_warp` (≤ 4) rows and a lane one 16-byte quad of columns of each: once this head's
-//! biases and per-row parameters are staged in shared memory, the warp loads its rows with
-//! coalesced `ld.global.v4` (all in flight at once, no shared-memory round trip), keeps them in
-//! registers for every token of the call and stores them after the last update. Per token the
+//! `rows_per_warp` (≤ 4) rows and a lane one 16-byte quad of columns of each: the warp loads its
+//! rows with coalesced `ld.global.v4` (all in flight at once, no shared-memory round trip) before
+//! anything else, keeps them in registers for every token of the call and stores them after the
+//! last update; the first token's inputs and the staging of this head's biases and per-row
+//! parameters go out with them, so the first token waits for one memory latency. Per token the
 //! block issues all its global loads before its first barrier and computes, once, the angles (one
 //! `sincos` per angle, shared by q and k of every rank), the rotated q̂ and k̂ and the per-row
 //! weights into shared memory; every lane then reads its own quad of k̂_prev, k̂ and q̂ of every
@@ -58,6 +59,18 @@ const MAX_ROWS: usize = 4;
 /// Room for the rotation items (rank, pair) of a thread: `R·N/2 ≤ R·64`, at most 2 per thread.
 const ROT_ITEMS: usize = 2;
 
+/// One token's global inputs of a thread (see `load_token` in [`decode_rows`]).
+#[derive(Default)]
+struct TokenInputs {
+    dt: f32,
+    adt: f32,
+    trap: f32,
+    logit: f32,
+    rot: [[f32; 4]; ROT_ITEMS],
+    v: [f32; 2],
+    z: f32,
+}
+
 /// Rotation items per thread at rank `r`: `⌈r·64 / THREADS⌉`.
 const fn rot_items(r: usize) -> usize {
     (r * 64).div_ceil(THREADS as usize)
@@ -106,14 +119,84 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
     // SAFETY (whole body): indices stay inside the shapes of the launch contract; shared offsets
     // inside `lay`; barriers are reached by every thread (no early return); shuffles by whole warps.
     unsafe {
-        // The setup issues its global loads together (one memory latency), and each token's
-        // prologue issues all of its own before its first barrier.
+        // The state rows, the first token's inputs and the setup's loads all go out before the
+        // first shared-memory store (a store of a loaded value stalls the warp until it lands, and
+        // every later load behind it): one memory latency before the first token. Each later
+        // token's prologue issues all of its own loads before its first barrier.
+        // --- The warp's state rows, all loads in flight at once ---
+        let mut state = [[0.0f32; 4]; MAX_ROWS];
+        let rows_cap = decode_rows_max_per_warp(r_count) as usize;
+        if active {
+            for (i, s) in state.iter_mut().enumerate() {
+                if i < rows_cap && (i as u32) < warp_rows {
+                    *s = ld_global_v4_f32(warp_state + 4 * (i as u32 * n) as u64);
+                }
+            }
+        }
+        let row_items = rows_here * r_count;
+        // The (rank, pair) of rotation item `k` of thread `tid` and its two columns.
+        let pair_of = |k: usize, tid: u32| {
+            let item = tid + k as u32 * THREADS;
+            let (r, i) = (item / half_n, item % half_n);
+            let (n0, n1) = if prm.rotation == rotation::PAIRWISE { (2 * i, 2 * i + 1) } else { (i, i + half_n) };
+            (item < r_count * half_n, r, i, n0, n1)
+        };
+        // Token `t`'s global inputs for thread `tid`: the scalars, the angle logit, raw q and k of
+        // its rotation items, and raw v (current and previous token) and z of its (row, rank)
+        // item (`row_items ≤ 32·8 = THREADS`, so a thread has at most one item).
+        let load_token = |t: u32, tid: u32| -> TokenInputs {
+            let scalar = bh * tokens + t;
+            let token_hp = ((b * tokens + t) * heads + h) * p;
+            let angle = THREADS - 1 - tid;
+            let mut inp = TokenInputs {
+                dt: ld_global_nc_f32(gf(prm.dt, scalar)),
+                adt: ld_global_nc_f32(gf(prm.adt, scalar)),
+                trap: X::load(prm.trap, scalar as usize),
+                logit: 0.0,
+                rot: [[0.0; 4]; ROT_ITEMS],
+                v: [0.0; 2],
+                z: 0.0,
+            };
+            if angle < na {
+                inp.logit = ld_global_nc_f32(gf(prm.angles, ((b * tokens + t) * heads + h) * na + angle));
+            }
+            for (k, v4) in inp.rot.iter_mut().enumerate().take(rot_items(R)) {
+                let (valid, r, _, n0, n1) = pair_of(k, tid);
+                if valid {
+                    let qk_row = (((b * tokens + t) * r_count + r) * prm.groups + group) * n;
+                    *v4 = [
+                        X::load(prm.q, (qk_row + n0) as usize),
+                        X::load(prm.q, (qk_row + n1) as usize),
+                        X::load(prm.k, (qk_row + n0) as usize),
+                        X::load(prm.k, (qk_row + n1) as usize),
+                    ];
+                }
+            }
+            if tid < row_items {
+                let (item_i, item_r) = (tid / r_count, tid % r_count);
+                let item_row = first_row + item_i;
+                inp.v[0] = X::load(prm.v, (token_hp + item_row) as usize);
+                inp.v[1] = if t == 0 {
+                    X::load(prm.v_state, (bh * p + item_row) as usize)
+                } else {
+                    X::load(prm.v, (token_hp - heads * p + item_row) as usize)
+                };
+                if has_z && item_r == 0 {
+                    inp.z = X::load(prm.z, (token_hp + item_row) as usize);
+                }
+            }
+            inp
+        };
+        // The general rank-4 instantiations sit at the 128-register cap (two blocks per SM) and
+        // spill with the first token's inputs held through the setup: they load them in the
+        // token loop, a second memory latency.
+        let early = G::DIMS.is_some() || R != 4;
+        let mut inp = if early { load_token(0, tid) } else { TokenInputs::default() };
         // --- Small states: θ (a thread per angle, in a register for the whole call), k̂_prev ---
         // Angle `THREADS − 1 − tid`: the last warps own the angles, whose f64 step is a long
         // dependency chain, so it overlaps the first warps' per-row weights.
         let angle = THREADS - 1 - tid;
         let mut theta = if angle < na { ld_global_f32(gf(prm.theta, bh * na + angle)) as f64 } else { 0.0 };
-        let row_items = rows_here * r_count;
         let (p_mimo_v, p_mimo_z, p_out_w) = (lay.row_params, lay.row_params + row_items, lay.row_params + 2 * row_items);
         // The setup costs one memory latency: this head's biases (contiguous `(R,N)` f32 blocks)
         // are copied by `cp.async` in 16-byte units; k̂_prev (a quad of columns per item) and the
@@ -166,24 +249,12 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         }
         let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
         let mut arrived = 0u32;
-        // The staged parameters are complete before the first token (the state loads stay in
-        // flight: a barrier does not wait for them).
-        wait_group::<0>();
-        sync_threads();
-        // --- The warp's state rows, all loads in flight at once ---
-        let mut state = [[0.0f32; 4]; MAX_ROWS];
-        let rows_cap = decode_rows_max_per_warp(r_count) as usize;
-        if active {
-            for (i, s) in state.iter_mut().enumerate() {
-                if i < rows_cap && (i as u32) < warp_rows {
-                    *s = ld_global_v4_f32(warp_state + 4 * (i as u32 * n) as u64);
-                }
-            }
-        }
+        // No barrier here: before the first token's barrier a thread reads only the row
+        // parameters it staged itself, and that barrier (after each thread's `wait_group`)
+        // publishes the rest of the setup.
 
         for t in 0..tokens {
             let (prev, cur) = (t % 2, (t + 1) % 2);
-            let scalar = bh * tokens + t;
             let token_hp = ((b * tokens + t) * heads + h) * p;
             // Zero that the compiler cannot see through: indices derived from `tid` and the warp's
             // rows are recomputed every token instead of hoisted out of the loop, where their
@@ -192,54 +263,17 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             let tid = tid + fresh;
             let warp_first = warp_first + fresh;
             let col = col + fresh;
-            let dt = ld_global_nc_f32(gf(prm.dt, scalar));
-            let adt = ld_global_nc_f32(gf(prm.adt, scalar));
-            let trap = X::load(prm.trap, scalar as usize);
-            let angle = THREADS - 1 - tid;
-            let logit = if angle < na { ld_global_nc_f32(gf(prm.angles, ((b * tokens + t) * heads + h) * na + angle)) } else { 0.0 };
-            // The (rank, pair) of rotation item `k` of this thread and its two columns.
-            let pair_of = |k: usize| {
-                let item = tid + k as u32 * THREADS;
-                let (r, i) = (item / half_n, item % half_n);
-                let (n0, n1) = if prm.rotation == rotation::PAIRWISE { (2 * i, 2 * i + 1) } else { (i, i + half_n) };
-                (item < r_count * half_n, r, i, n0, n1)
-            };
-            // q and k of this thread's rotation items, raw.
-            let mut rot = [[0.0f32; 4]; ROT_ITEMS];
-            for (k, v4) in rot.iter_mut().enumerate().take(rot_items(R)) {
-                let (valid, r, _, n0, n1) = pair_of(k);
-                if valid {
-                    let qk_row = (((b * tokens + t) * r_count + r) * prm.groups + group) * n;
-                    *v4 = [
-                        X::load(prm.q, (qk_row + n0) as usize),
-                        X::load(prm.q, (qk_row + n1) as usize),
-                        X::load(prm.k, (qk_row + n0) as usize),
-                        X::load(prm.k, (qk_row + n1) as usize),
-                    ];
-                }
+            if t > 0 || !early {
+                inp = load_token(t, tid);
             }
-            // Raw v (current and previous token) and z of this thread's (row, rank) item, loaded
-            // with the token's other inputs (one memory latency; `row_items ≤ 32·8 = THREADS`,
-            // so a thread has at most one item).
-            // v and z of a row go to shared memory at once (the loads land with the token's
-            // other inputs, which the next statements wait for anyway), so only the two values
-            // the row weights need stay in registers.
+            let TokenInputs { dt, adt, trap, logit, rot, v: item_v, z } = inp;
+            let angle = THREADS - 1 - tid;
             let (item_i, item_r) = (tid / r_count, tid % r_count);
-            let item_row = first_row + item_i;
-            let mut item_v = [0.0f32; 2];
-            if tid < row_items {
-                item_v[0] = X::load(prm.v, (token_hp + item_row) as usize);
-                item_v[1] = if t == 0 {
-                    X::load(prm.v_state, (bh * p + item_row) as usize)
-                } else {
-                    X::load(prm.v, (token_hp - heads * p + item_row) as usize)
-                };
-                if item_r == 0 {
-                    if has_z {
-                        st_shared_f32(at(sm, lay.z, item_i), X::load(prm.z, (token_hp + item_row) as usize));
-                    }
-                    st_shared_f32(at(sm, lay.v, item_i), item_v[0]);
+            if tid < row_items && item_r == 0 {
+                if has_z {
+                    st_shared_f32(at(sm, lay.z, item_i), z);
                 }
+                st_shared_f32(at(sm, lay.v, item_i), item_v[0]);
             }
             let alpha = exp(adt);
             let lambda = sigmoid(trap);
@@ -261,6 +295,7 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 st_shared_f32(at(sm, lay.sin, angle), s);
                 st_shared_f32(at(sm, lay.cos, angle), c);
             }
+            wait_group::<0>();
             sync_threads();
             // Every thread of the block has read θ and k̂_prev (first token): arrive. The count
             // is read only at the end, so the atomic's latency hides behind the token's work.
@@ -273,7 +308,7 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             let k_prev = lay.k_rot + prev * k_stride;
             let k_cur = lay.k_rot + cur * k_stride;
             for (k, v4) in rot.iter().enumerate().take(rot_items(R)) {
-                let (valid, r, i, n0, n1) = pair_of(k);
+                let (valid, r, i, n0, n1) = pair_of(k, tid);
                 if valid {
                     let (s, c) = if i < na {
                         (ld_shared_f32(at(sm, lay.sin, i)), ld_shared_f32(at(sm, lay.cos, i)))
