@@ -193,6 +193,44 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         // The first ranks' raw vectors go out with the other prologue loads (one memory latency
         // for all of them); the rank loop loads each next pair once these are stored.
         let mut ranks = (load_rank(0), if R >= 4 { load_rank(1) } else { [[0.0; 4]; 4] });
+        // The fixed rank-4 instantiation also issues ranks 2 and 3's raw q and k words here
+        // (unconverted, unbiased: their f32 vectors and biases would spill), so the rank loop
+        // waits only for their biases, which every warp of the head reads.
+        let all_ranks = G::DIMS.is_some() && R == 4 && half_n % 4 == 0;
+        let raw_rank = |r: u32| -> [X::Raw4; 4] {
+            let mut raw = [X::Raw4::default(); 4];
+            if all_ranks && active {
+                let qk_row = ((b * r_count + r) * prm.groups + group) * n;
+                raw[0] = X::load4_raw(prm.q, (qk_row + col) as usize);
+                raw[2] = X::load4_raw(prm.k, (qk_row + col) as usize);
+                if !pairwise {
+                    raw[1] = X::load4_raw(prm.q, (qk_row + partner(col)) as usize);
+                    raw[3] = X::load4_raw(prm.k, (qk_row + partner(col)) as usize);
+                }
+            }
+            raw
+        };
+        let later_raw = [raw_rank(2), raw_rank(3)];
+        // Rank `r`'s vectors from its raw words, biased.
+        let finish_rank = |r: u32, raw: [X::Raw4; 4]| -> [[f32; 4]; 4] {
+            if !active {
+                return [[0.0; 4]; 4];
+            }
+            let bias_row = (h * r_count + r) * n;
+            let biased = |raw: X::Raw4, bias: u64, c: u32| {
+                let v = X::widen4(raw);
+                let w = f32::load4(bias, (bias_row + c) as usize);
+                [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]]
+            };
+            let q_own = biased(raw[0], prm.q_bias, col);
+            let k_own = biased(raw[2], prm.k_bias, col);
+            let swap = |v: [f32; 4]| [v[1], v[0], v[3], v[2]];
+            if pairwise {
+                [q_own, swap(q_own), k_own, swap(k_own)]
+            } else {
+                [q_own, biased(raw[1], prm.q_bias, partner(col)), k_own, biased(raw[3], prm.k_bias, partner(col))]
+            }
+        };
         let lambda = sigmoid(trap);
         let alpha = exp(adt);
         let beta = (1.0 - lambda) * dt * alpha;
@@ -248,6 +286,14 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         };
         // (Ranks 1 and 2 go one at a time: pairing them costs registers the rows need.)
         let mut r = 0;
+        if all_ranks {
+            store_rank(0, ranks.0);
+            store_rank(1, ranks.1);
+            ranks = (finish_rank(2, later_raw[0]), finish_rank(3, later_raw[1]));
+            store_rank(2, ranks.0);
+            store_rank(3, ranks.1);
+            r = r_count;
+        }
         while r < opaque_u32(r_count) {
             if R >= 4 {
                 store_rank(r, ranks.0);

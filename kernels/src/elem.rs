@@ -23,6 +23,17 @@ pub trait Elem: Copy {
     /// # Safety
     /// The four elements must be valid and readable, and `base + i` aligned to four elements.
     unsafe fn load4(base: u64, i: usize) -> [f32; 4];
+    /// Four elements as loaded, before their conversion to f32 (fewer registers while a load is
+    /// in flight for bf16).
+    type Raw4: Copy + Default;
+    /// Loads elements `i .. i + 4` of `base` with one vector load, unconverted ([`Elem::widen4`]
+    /// converts them).
+    ///
+    /// # Safety
+    /// As [`Elem::load4`].
+    unsafe fn load4_raw(base: u64, i: usize) -> Self::Raw4;
+    /// The f32 values of four elements loaded by [`Elem::load4_raw`].
+    fn widen4(raw: Self::Raw4) -> [f32; 4];
 }
 
 /// Loads f32 element `i` of a global f32 tensor (parameters, scalars, workspaces).
@@ -67,6 +78,16 @@ impl Elem for f32 {
         // SAFETY: forwarded to the caller (16-byte aligned).
         unsafe { ld_global_v4_f32(base + 4 * i as u64) }
     }
+    type Raw4 = [f32; 4];
+    #[inline(always)]
+    unsafe fn load4_raw(base: u64, i: usize) -> [f32; 4] {
+        // SAFETY: forwarded to the caller.
+        unsafe { Self::load4(base, i) }
+    }
+    #[inline(always)]
+    fn widen4(raw: [f32; 4]) -> [f32; 4] {
+        raw
+    }
 }
 
 impl Elem for Bf16 {
@@ -84,8 +105,18 @@ impl Elem for Bf16 {
     }
     #[inline(always)]
     unsafe fn load4(base: u64, i: usize) -> [f32; 4] {
-        // SAFETY: forwarded to the caller (8-byte aligned); element i is the low half of word 0.
-        let [lo, hi] = unsafe { ld_global_v2_u32(base + 2 * i as u64) };
+        // SAFETY: forwarded to the caller.
+        Self::widen4(unsafe { Self::load4_raw(base, i) })
+    }
+    type Raw4 = [u32; 2];
+    #[inline(always)]
+    unsafe fn load4_raw(base: u64, i: usize) -> [u32; 2] {
+        // SAFETY: forwarded to the caller (8-byte aligned).
+        unsafe { ld_global_v2_u32(base + 2 * i as u64) }
+    }
+    /// Element i is the low half of word 0.
+    #[inline(always)]
+    fn widen4([lo, hi]: [u32; 2]) -> [f32; 4] {
         [
             f32::from_bits(lo << 16),
             f32::from_bits(lo & 0xffff_0000),

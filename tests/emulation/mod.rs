@@ -538,6 +538,10 @@ pub mod arch {
 pub mod elem {
     pub trait Elem: Copy {
         const BYTES: u32;
+        /// Four elements as loaded: already f32 here (the device keeps bf16 words).
+        type Raw4: Copy + Default;
+        unsafe fn load4_raw(base: u64, i: usize) -> Self::Raw4;
+        fn widen4(raw: Self::Raw4) -> [f32; 4];
         unsafe fn load(base: u64, i: usize) -> f32;
         unsafe fn store(base: u64, i: usize, value: f32);
         /// Four scalar loads, after checking the device's alignment contract (four elements).
@@ -569,6 +573,13 @@ pub mod elem {
     pub struct Bf16(pub u16);
 
     impl Elem for f32 {
+        type Raw4 = [f32; 4];
+        unsafe fn load4_raw(base: u64, i: usize) -> [f32; 4] {
+            unsafe { Self::load4(base, i) }
+        }
+        fn widen4(raw: [f32; 4]) -> [f32; 4] {
+            raw
+        }
         const BYTES: u32 = 4;
         unsafe fn load(base: u64, i: usize) -> f32 {
             super::check_global(base, i, 4, false);
@@ -581,6 +592,13 @@ pub mod elem {
     }
 
     impl Elem for Bf16 {
+        type Raw4 = [f32; 4];
+        unsafe fn load4_raw(base: u64, i: usize) -> [f32; 4] {
+            unsafe { Self::load4(base, i) }
+        }
+        fn widen4(raw: [f32; 4]) -> [f32; 4] {
+            raw
+        }
         const BYTES: u32 = 2;
         unsafe fn load(base: u64, i: usize) -> f32 {
             super::check_global(base, i, 2, false);
