@@ -606,13 +606,23 @@ fn auto_only() -> bool {
     std::env::var("MAMBA3_BENCH_AUTO_ONLY").is_ok_and(|v| v == "1")
 }
 
+/// Whether `MAMBA3_BENCH_DTYPE` (unset: both) selects this activation dtype of the forward
+/// table.
+fn dtype_selected(dtype: &str) -> bool {
+    std::env::var("MAMBA3_BENCH_DTYPE").map_or(true, |d| d == dtype)
+}
+
 fn bench_forward(gpu: &Gpu, stream: &Arc<CudaStream>) {
     for (h, b, s) in MODEL_SHAPES {
         if !batch_selected(b) {
             continue;
         }
-        bench_forward_one::<half::bf16>(gpu, stream, h, b, s);
-        bench_forward_one::<f32>(gpu, stream, h, b, s);
+        if dtype_selected("bf16") {
+            bench_forward_one::<half::bf16>(gpu, stream, h, b, s);
+        }
+        if dtype_selected("f32") {
+            bench_forward_one::<f32>(gpu, stream, h, b, s);
+        }
     }
 }
 

@@ -20,7 +20,7 @@ fn compare(worst: &Worst, tag: &str, ours: &Output, reference: &Output) -> f64 {
         worst.record(&format!("{tag} theta"), angle_rel_err(&a.theta, &b.theta)),
     ]
     .into_iter()
-    .fold(0.0, f64::max)
+    .fold(0.0, common::nan_max)
 }
 
 #[test]

@@ -29,7 +29,7 @@ fn angle_err(ours: &[f64], reference: &[f64]) -> f64 {
             let d = (a - b).rem_euclid(std::f64::consts::TAU);
             d.min(std::f64::consts::TAU - d)
         })
-        .fold(0.0, f64::max)
+        .fold(0.0, common::nan_max)
 }
 
 fn quantize_state<X: Activation>(s: &mut FinalStates) {

@@ -25,15 +25,25 @@ pub fn fixture_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures"))
 }
 
-/// `max|ours − reference| / max|reference|` (0 when both are all zero).
+/// `max(acc, x)` keeping a NaN: `f64::max` drops one, so a NaN element would vanish from a fold
+/// and an output full of NaN could pass.
+pub fn nan_max(acc: f64, x: f64) -> f64 {
+    if acc.is_nan() || x.is_nan() {
+        f64::NAN
+    } else {
+        acc.max(x)
+    }
+}
+
+/// `max|ours − reference| / max|reference|` (0 when both are all zero). A NaN anywhere in `ours` gives infinity.
 pub fn rel_err(ours: &[f64], reference: &[f64]) -> f64 {
     assert_eq!(ours.len(), reference.len(), "length mismatch");
     let diff = ours
         .iter()
         .zip(reference)
         .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-    let scale = reference.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        .fold(0.0, nan_max);
+    let scale = reference.iter().map(|v| v.abs()).fold(0.0, nan_max);
     if diff == 0.0 {
         0.0
     } else if diff.is_nan() {
@@ -48,7 +58,7 @@ pub fn rel_err(ours: &[f64], reference: &[f64]) -> f64 {
 /// of any gradient of the call; e.g. ∂θ at S = 1, where q and k share θ), whose rounding noise is
 /// measured against `call_scale` instead of its own (vanishing) magnitude.
 pub fn grad_err(ours: &[f64], reference: &[f64], call_scale: f64) -> f64 {
-    let scale = reference.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    let scale = reference.iter().map(|v| v.abs()).fold(0.0, nan_max);
     if scale > 1e-9 * call_scale {
         return rel_err(ours, reference);
     }
@@ -56,7 +66,7 @@ pub fn grad_err(ours: &[f64], reference: &[f64], call_scale: f64) -> f64 {
         .iter()
         .zip(reference)
         .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+        .fold(0.0, nan_max);
     if diff.is_nan() {
         f64::INFINITY
     } else {
@@ -75,11 +85,11 @@ pub fn angle_rel_err(ours: &[f64], reference: &[f64]) -> f64 {
             let d = (a - b).rem_euclid(TAU);
             d.min(TAU - d)
         })
-        .fold(0.0, f64::max);
+        .fold(0.0, nan_max);
     let scale = reference
         .iter()
         .map(|v| v.rem_euclid(TAU))
-        .fold(0.0, f64::max);
+        .fold(0.0, nan_max);
     if diff == 0.0 {
         0.0
     } else if diff.is_nan() {
