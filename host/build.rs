@@ -3,6 +3,8 @@
 //! The nested cargo gets its own target directory (a second build inside the outer cargo's target
 //! lock would dead-lock) and its own flags: `RUSTC_BOOTSTRAP=1` and `-Zbuild-std=core` are scoped
 //! to it, never to the host build. `MAMBA3_PTX_FILE` skips the nested build and embeds that file.
+//! The device crate's warnings are repeated as build-script warnings, or fail the build when
+//! `MAMBA3_DENY_KERNEL_WARNINGS` is set (CI sets it).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,7 @@ fn main() {
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let kernels = manifest.join("../kernels");
     println!("cargo:rerun-if-env-changed=MAMBA3_PTX_FILE");
+    println!("cargo:rerun-if-env-changed=MAMBA3_DENY_KERNEL_WARNINGS");
     for watched in [
         kernels.join("src"),
         kernels.join("Cargo.toml"),
@@ -118,11 +121,22 @@ fn build_kernels(kernels: &Path, target_dir: &Path) -> PathBuf {
     let output = cmd
         .output()
         .expect("running the nested cargo build of kernels/");
+    let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
-        panic!(
-            "building kernels/ for {TARGET} failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        panic!("building kernels/ for {TARGET} failed:\n{stderr}");
+    }
+    // The device crate's warnings would vanish with the nested build's output: show them in the
+    // outer build, or fail it where they are denied (CI).
+    if stderr.lines().any(|l| l.starts_with("warning")) {
+        if env::var_os("MAMBA3_DENY_KERNEL_WARNINGS").is_some() {
+            panic!("kernels/ built with warnings (MAMBA3_DENY_KERNEL_WARNINGS is set):\n{stderr}");
+        }
+        for line in stderr.lines() {
+            let word = line.split_whitespace().next().unwrap_or("");
+            if !matches!(word, "Compiling" | "Finished" | "Updating" | "Locking") {
+                println!("cargo:warning={line}");
+            }
+        }
     }
     target_dir
         .join(TARGET)

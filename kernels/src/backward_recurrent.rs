@@ -99,8 +99,7 @@ struct Ctx {
     bh: usize,
     /// Start of this (b, h) row in the (B,H,S) tensors.
     row: usize,
-    /// Segment length L and the number of segments.
-    seg_len: usize,
+    /// Number of segments of the launch's segment length L.
     nseg: usize,
     /// States per (b, h) in the `seg` workspace: min(L, S).
     seg_slots: usize,
@@ -760,7 +759,6 @@ pub unsafe fn backward_head<X: Elem>(prm: &BackwardParams) {
         na: prm.na,
         bh: b * heads + h,
         row: (b * heads + h) * s_len,
-        seg_len,
         nseg: s_len.div_ceil(seg_len),
         seg_slots: seg_len.min(s_len),
         half_split: prm.rotation == rotation::HALF_SPLIT,
