@@ -1,4 +1,5 @@
-//! Host library of mamba3-rs: Mamba-3 MIMO and Mamba-1 selective-scan kernels written in Rust.
+//! Host library of mamba3-rs: Mamba-3 MIMO kernels written in Rust (the Mamba-1 selective scan is
+//! planned, not yet here).
 //!
 //! | CPU concept | here |
 //! |---|---|
