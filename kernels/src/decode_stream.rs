@@ -160,6 +160,13 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         // quad half a row away when N/2 is a multiple of 4 (half-split); else column by column.
         let lower = |e: usize| if pairwise { e % 2 == 0 } else { col + (e as u32) < half_n };
         let partner = |c: u32| if pairwise { c ^ 1 } else if c < half_n { c + half_n } else { c - half_n };
+        // `v` plus quad `c` of rank `r`'s bias (an (H,R,N) f32 tensor).
+        let add_bias = |v: [f32; 4], bias: u64, r: u32, c: u32| {
+            let w = f32::load4(bias, ((h * r_count + r) * n + c) as usize);
+            [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]]
+        };
+        // A quad with its rotation pairs swapped: the partner quad in the pairwise convention.
+        let swap_pairs = |v: [f32; 4]| [v[1], v[0], v[3], v[2]];
         // The raw vectors of rank `r`, biased: q own and partner quads, k own and partner.
         let load_rank = |r: u32| -> [[f32; 4]; 4] {
             if !active || r >= r_count {
@@ -167,14 +174,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             }
             let qk_row = ((b * r_count + r) * prm.groups + group) * n;
             let bias_row = (h * r_count + r) * n;
-            let biased = |x: u64, bias: u64, c: u32| {
-                let v = X::load4(x, (qk_row + c) as usize);
-                let w = f32::load4(bias, (bias_row + c) as usize);
-                [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]]
-            };
+            let biased = |x: u64, bias: u64, c: u32| add_bias(X::load4(x, (qk_row + c) as usize), bias, r, c);
             let others = |x: u64, bias: u64, own: [f32; 4]| {
                 if pairwise {
-                    [own[1], own[0], own[3], own[2]]
+                    swap_pairs(own)
                 } else if half_n % 4 == 0 {
                     biased(x, bias, partner(col))
                 } else {
@@ -216,17 +219,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             if !active {
                 return [[0.0; 4]; 4];
             }
-            let bias_row = (h * r_count + r) * n;
-            let biased = |raw: X::Raw4, bias: u64, c: u32| {
-                let v = X::widen4(raw);
-                let w = f32::load4(bias, (bias_row + c) as usize);
-                [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]]
-            };
+            let biased = |raw: X::Raw4, bias: u64, c: u32| add_bias(X::widen4(raw), bias, r, c);
             let q_own = biased(raw[0], prm.q_bias, col);
             let k_own = biased(raw[2], prm.k_bias, col);
-            let swap = |v: [f32; 4]| [v[1], v[0], v[3], v[2]];
             if pairwise {
-                [q_own, swap(q_own), k_own, swap(k_own)]
+                [q_own, swap_pairs(q_own), k_own, swap_pairs(k_own)]
             } else {
                 [q_own, biased(raw[1], prm.q_bias, partner(col)), k_own, biased(raw[3], prm.k_bias, partner(col))]
             }
