@@ -38,7 +38,7 @@ use crate::smem::at;
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
-    atom_add_u32, fence_acq_rel_gpu, ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_u32,
+    atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_u32,
     st_global_v4_f32,
 };
 use crate::arch::sreg::{
@@ -298,10 +298,11 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             wait_group::<0>();
             sync_threads();
             // Every thread of the block has read θ and k̂_prev (first token): arrive. The count
-            // is read only at the end, so the atomic's latency hides behind the token's work.
+            // is read only at the end, so the atomic's latency hides behind the token's work; its
+            // acquire half is what orders the last arriver's write-back after the others' reads
+            // (a fence before the write-back would wait for this thread's state stores).
             if t == 0 && tid == 0 && splits > 1 {
-                fence_acq_rel_gpu();
-                arrived = atom_add_u32(prm.arrivals + 4 * bh as u64, 1);
+                arrived = atom_add_acq_rel_gpu_u32(prm.arrivals + 4 * bh as u64, 1);
             }
 
             // --- Bias, then rotation, of q and k: a thread per (rank, pair) ---
@@ -391,7 +392,6 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 let owner = splits == 1 || arrived == splits - 1;
                 if owner && splits > 1 {
                     st_global_u32(prm.arrivals + 4 * bh as u64, 0);
-                    fence_acq_rel_gpu();
                 }
                 st_shared_f32(at(sm, lay.owner, 0), if owner { 1.0 } else { 0.0 });
             }

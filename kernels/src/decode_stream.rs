@@ -36,7 +36,7 @@ use mamba3_abi::{
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
-    atom_add_u32, fence_acq_rel_gpu, ld_global_f32, ld_global_nc_f32, st_global_f32, st_global_u32,
+    atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, st_global_f32, st_global_u32,
     st_global_v4_f32,
 };
 use crate::arch::sreg::{
@@ -313,13 +313,13 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             *k = ld_shared_v4_f32(at(sm, lay.k_rot, (r as u32 * 32 + lane) * 4));
         }
         // Every lane has read θ and k̂_prev: arrive. The count is read only at the end, so the
-        // atomic's latency hides behind the rows.
+        // atomic's latency hides behind the rows; its acquire half orders the last arriver's
+        // write-back after the other warps' reads (no fence behind the row stores).
         let mut arrived = 0u32;
         if splits > 1 {
             sync_warp();
             if lane == 0 {
-                fence_acq_rel_gpu();
-                arrived = atom_add_u32(prm.arrivals + 4 * bh as u64, 1);
+                arrived = atom_add_acq_rel_gpu_u32(prm.arrivals + 4 * bh as u64, 1);
             }
         }
 
@@ -491,7 +491,6 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 let owner = arrived == splits - 1;
                 if owner {
                     st_global_u32(prm.arrivals + 4 * bh as u64, 0);
-                    fence_acq_rel_gpu();
                 }
                 st_shared_f32(at(sm, lay.owner, 0), if owner { 1.0 } else { 0.0 });
             }

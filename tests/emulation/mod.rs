@@ -415,14 +415,13 @@ pub mod arch {
             check_global(addr, 0, 4, true);
             unsafe { (addr as *mut u32).write(v) }
         }
-        pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
+        pub unsafe fn atom_add_acq_rel_gpu_u32(addr: u64, v: u32) -> u32 {
             check_global(addr, 0, 4, true);
             // A real atomic: warps of one block run as concurrent threads.
             // SAFETY: checked above to lie in a buffer of the launch; 4-byte aligned by contract.
             let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr as *mut u32) };
             word.fetch_add(v, std::sync::atomic::Ordering::SeqCst)
         }
-        pub fn fence_acq_rel_gpu() {}
     }
 
     pub mod sreg {

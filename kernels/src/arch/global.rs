@@ -122,28 +122,27 @@ pub unsafe fn st_global_u32(addr: u64, v: u32) {
     unsafe { asm!("st.global.u32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack)) };
 }
 
-/// `atom.global.add.u32` (PTX ISA §9.7.13.3, relaxed, gpu scope): adds `v`, returns the old value.
-/// Ordering with other accesses comes from [`fence_acq_rel_gpu`] around it.
+/// `atom.acq_rel.gpu.global.add.u32` (PTX ISA §9.7.13.3; memory model §8.8, §8.9): adds `v`,
+/// returns the old value. The release half orders this thread's earlier accesses (with a block
+/// barrier before it, the whole block's) before the add for every thread of the GPU; the acquire
+/// half orders the accesses after it (with a barrier after, the block's) after every release the
+/// add reads from, so the block whose add comes last in the counter's order sees every other
+/// block's earlier accesses as done. ptxas emits `MEMBAR.ALL.GPU; ATOMG; CCTL.IVALL`: the acquire
+/// half is an L1 invalidation, not a wait for this thread's outstanding stores, which a
+/// `fence.acq_rel.gpu` placed after them would be.
 ///
 /// # Safety
 /// `addr` is a 4-byte aligned global address of a u32.
 #[inline(always)]
-pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
+pub unsafe fn atom_add_acq_rel_gpu_u32(addr: u64, v: u32) -> u32 {
     let old: u32;
-    // SAFETY: the caller guarantees the address.
+    // SAFETY: the caller guarantees the address; the implicit memory clobber keeps accesses on
+    // their side of the ordering.
     unsafe {
-        asm!("atom.global.add.u32 {o}, [{a}], {v};", o = out(reg32) old, a = in(reg64) addr, v = in(reg32) v,
-             options(nostack))
+        asm!("atom.acq_rel.gpu.global.add.u32 {o}, [{a}], {v};", o = out(reg32) old, a = in(reg64) addr,
+             v = in(reg32) v, options(nostack))
     };
     old
-}
-
-/// `fence.acq_rel.gpu` (PTX ISA §9.7.12.4): this thread's earlier accesses are ordered before its
-/// later ones for every thread of the GPU (with the block barrier before it, the whole block's).
-#[inline(always)]
-pub fn fence_acq_rel_gpu() {
-    // SAFETY: a fence touches no memory itself; the implicit memory clobber keeps accesses in place.
-    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
 }
 
 /// `prefetch.global.L2` (PTX ISA §9.7.9.15): brings the line holding `addr` into L2 without
