@@ -36,7 +36,7 @@ use mamba3_abi::{
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
-    atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, st_global_f32, st_global_u32,
+    atom_add_acq_rel_cta_u32, atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, st_global_f32, st_global_u32,
     st_global_v4_f32,
 };
 use crate::arch::sreg::{
@@ -314,12 +314,20 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         }
         // Every lane has read θ and k̂_prev: arrive. The count is read only at the end, so the
         // atomic's latency hides behind the rows; its acquire half orders the last arriver's
-        // write-back after the other warps' reads (no fence behind the row stores).
+        // write-back after the other warps' reads (no fence behind the row stores). When the
+        // splits of a (b, h) divide the block's warps they are warps of this block (a block
+        // starts at a multiple of DECODE_STREAM_WARPS units), so a CTA-scope add suffices: its
+        // release does not wait for the ring's copies in flight.
         let mut arrived = 0u32;
         if splits > 1 {
             sync_warp();
             if lane == 0 {
-                arrived = atom_add_acq_rel_gpu_u32(prm.arrivals + 4 * bh as u64, 1);
+                let counter = prm.arrivals + 4 * bh as u64;
+                arrived = if DECODE_STREAM_WARPS % splits == 0 {
+                    atom_add_acq_rel_cta_u32(counter, 1)
+                } else {
+                    atom_add_acq_rel_gpu_u32(counter, 1)
+                };
             }
         }
 

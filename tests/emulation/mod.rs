@@ -422,6 +422,13 @@ pub mod arch {
             let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr as *mut u32) };
             word.fetch_add(v, std::sync::atomic::Ordering::SeqCst)
         }
+        pub unsafe fn atom_add_acq_rel_cta_u32(addr: u64, v: u32) -> u32 {
+            check_global(addr, 0, 4, true);
+            // A real atomic: warps of one block run as concurrent threads.
+            // SAFETY: checked above to lie in a buffer of the launch; 4-byte aligned by contract.
+            let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(addr as *mut u32) };
+            word.fetch_add(v, std::sync::atomic::Ordering::SeqCst)
+        }
     }
 
     pub mod sreg {

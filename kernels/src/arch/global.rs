@@ -145,6 +145,25 @@ pub unsafe fn atom_add_acq_rel_gpu_u32(addr: u64, v: u32) -> u32 {
     old
 }
 
+/// `atom.acq_rel.cta.global.add.u32` (PTX ISA §9.7.13.3; memory model §8.8, §8.9): as
+/// [`atom_add_acq_rel_gpu_u32`] for a counter that only threads of one block use. ptxas emits
+/// `MEMBAR.ALL.CTA; ATOMG.STRONG.SM`: the release half does not wait for this thread's global
+/// loads in flight to be performed GPU-wide, as the GPU-scope barrier does.
+///
+/// # Safety
+/// `addr` is a 4-byte aligned global address of a u32; every thread that accesses it during the
+/// launch belongs to the calling thread's block.
+#[inline(always)]
+pub unsafe fn atom_add_acq_rel_cta_u32(addr: u64, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees the address and that only this block uses it.
+    unsafe {
+        asm!("atom.acq_rel.cta.global.add.u32 {o}, [{a}], {v};", o = out(reg32) old, a = in(reg64) addr,
+             v = in(reg32) v, options(nostack))
+    };
+    old
+}
+
 /// `prefetch.global.L2` (PTX ISA §9.7.9.15): brings the line holding `addr` into L2 without
 /// waiting for it or occupying a register, so a later load of it costs an L2 hit.
 ///
