@@ -11,6 +11,7 @@ use mamba3::backward;
 use mamba3::cuda::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use mamba3::decode::{
     self, DecodeConfig, DecodeGraph, DecodeInputs, DecodePath, DecodeState, DecodeWeights,
+    REGISTER_RESIDENT_MAX_SEQUENCE_HEADS,
 };
 use mamba3::forward::{
     dispatch_paths_with_workspace, forward, forward_with_workspace, workspace_len, ForwardConfig,
@@ -135,6 +136,21 @@ const DECODE_BATCHES: [(usize, Option<f64>); 8] = [
     (256, Some(349.0)),
 ];
 
+/// The decode batches to run: those of [`DECODE_BATCHES`] that `MAMBA3_BENCH_BATCH` selects, or
+/// a batch it names outside the table (no upstream figure), to place the dispatch's crossovers.
+fn decode_batches() -> Vec<(usize, Option<f64>)> {
+    let named = std::env::var("MAMBA3_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    match named {
+        Some(b) if b > 0 && !DECODE_BATCHES.iter().any(|&(t, _)| t == b) => vec![(b, None)],
+        _ => DECODE_BATCHES
+            .into_iter()
+            .filter(|&(b, _)| batch_selected(b))
+            .collect(),
+    }
+}
+
 /// Decode at H=64, P=64, N=128, R=4, G=1, Na=32, bf16 activations, f32 state, z, D and mimo_o:
 /// eager and graph-replayed, T ∈ {1, 8}, rotating through more than 100 MB of state copies so
 /// the 60 MB L2 cannot hold them.
@@ -227,10 +243,7 @@ fn bench_decode_dtype<X: Activation>(
         "upstream µs",
         "speedup"
     );
-    for (batch, upstream) in DECODE_BATCHES {
-        if !batch_selected(batch) {
-            continue;
-        }
+    for (batch, upstream) in decode_batches() {
         let config = DecodeConfig {
             batch,
             heads: h,
@@ -309,8 +322,12 @@ fn bench_decode_dtype<X: Activation>(
                 },
             ];
             for path in others {
+                // The register-resident kernel also up to twice its automatic range, where the
+                // crossover to the other kernels lies.
                 let worth = match path {
-                    DecodePath::RegisterResident { .. } => config.register_resident(),
+                    DecodePath::RegisterResident { .. } => {
+                        config.batch * config.heads <= 2 * REGISTER_RESIDENT_MAX_SEQUENCE_HEADS
+                    }
                     _ => true,
                 };
                 if path != auto

@@ -141,9 +141,12 @@ fn rows_spread_over_the_sms_at_small_batch() {
 
 #[test]
 fn one_token_at_many_sequence_heads_streams() {
-    // From 256 sequence-heads a one-token call streams; several tokens keep the shared tile,
-    // and so do fewer sequence-heads above the register-resident kernel's 128.
-    assert_eq!(STREAMING_MIN_SEQUENCE_HEADS, 256);
+    // Above the register-resident kernel's 128 sequence-heads a one-token call streams; several
+    // tokens (below the chunked path's 3) keep the shared tile.
+    assert_eq!(
+        STREAMING_MIN_SEQUENCE_HEADS,
+        REGISTER_RESIDENT_MAX_SEQUENCE_HEADS + 1
+    );
     assert_eq!(
         reference(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
@@ -152,8 +155,17 @@ fn one_token_at_many_sequence_heads_streams() {
         general(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_stream_bf16_r4"]
     );
+    // Batch 3 (192 sequence-heads) streams one token and keeps the shared tile for two.
+    assert_eq!(
+        reference(3).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
+        ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
+    );
     assert_eq!(
         reference(3).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        ["decode_stream_f32_r4"]
+    );
+    assert_eq!(
+        reference(3).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     assert_eq!(
@@ -174,7 +186,7 @@ fn one_token_at_many_sequence_heads_streams() {
         reference(2).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
         ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
     );
-    // The row split aims for 6 warps per SM (792 on 132 SMs). Batch 256: 16384 warps of all
+    // The row split aims for 4 warps per SM (528 on 132 SMs). Batch 256: 16384 warps of all
     // 64 rows.
     assert_eq!(
         reference(256).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
@@ -186,7 +198,12 @@ fn one_token_at_many_sequence_heads_streams() {
         reference(4).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 16 }
     );
-    // Batch 2 (pinned): 8 rows (1024 warps).
+    // Batch 3: 32 rows give 384 warps; 16 rows (768) reach the target.
+    assert_eq!(
+        reference(3).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+        DecodePath::Streaming { rows_per_warp: 16 }
+    );
+    // Batch 2 (pinned): 16 rows give 512 warps, 8 rows 1024.
     assert_eq!(reference(2).streaming_rows_per_warp(132), 8);
     // Batch 1 (pinned): 4 rows (1024 warps) is also the floor.
     assert_eq!(reference(1).streaming_rows_per_warp(132), 4);

@@ -65,17 +65,20 @@ pub const DECODE_FORWARD_CHUNK: usize = 16;
 /// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, fixed-geometry kernels, graph-replayed µs
 /// per token): at B = 4 (256 sequence-heads) streaming with 16 rows per warp takes 13.1 against
 /// the shared-tile kernel's 15.7; at B = 8 (512) 17.6 against 22.0, at B = 32 (2048) 48.1 against
-/// 80, at B = 256 314 against 601. At B = 2 (128) the register-resident kernel (10.8) is as fast
-/// as streaming's best split (10.8) and keeps those calls; 129–255 are not measured.
-pub const STREAMING_MIN_SEQUENCE_HEADS: usize = 256;
+/// 80, at B = 256 314 against 601; at B = 3 (192) 11.3 against 14.8 (2026-11-30, tenth stop). At
+/// B = 2 (128) the register-resident kernel (9.3) beats streaming's best split (10.1) and keeps
+/// those calls, so streaming starts right above its range.
+pub const STREAMING_MIN_SEQUENCE_HEADS: usize = REGISTER_RESIDENT_MAX_SEQUENCE_HEADS + 1;
 
 /// Warps per SM the streaming kernel's row split aims for: below it a warp's rows are halved
 /// (down to [`STREAMING_MIN_ROWS_PER_WARP`]) so that few sequence-heads still fill the GPU. Fewer,
-/// longer warps repeat the per-(b, h) prologue less often, and the splits that give about 8 of
-/// the 16 resident warp slots measured faster than twice as many warps: B = 4, 16 rows (1024
-/// warps) 13.1 µs against 8 rows 13.8; B = 8, 32 rows 17.6–17.8 against 16 rows 17.8–18.0; B = 2,
-/// 8 rows 10.8 against 4 rows 11.7; B = 32, 64 rows (2048 warps) 51.1 against 32 rows 55.4.
-pub const STREAMING_WARPS_PER_SM: usize = 6;
+/// longer warps repeat the per-(b, h) prologue less often, and the splits that give 4–8 of the 16
+/// resident warp slots measured faster than twice as many warps: B = 4, 16 rows (1024 warps) 13.1
+/// µs against 8 rows 13.8; B = 8, 32 rows 17.6–17.8 against 16 rows 17.8–18.0; B = 3, 16 rows
+/// (768 warps) 11.3 against 8 rows 11.7; B = 2, 16 rows (512) 10.1 against 8 rows 10.3; B = 32,
+/// 64 rows (2048 warps) 51.1 against 32 rows 55.4. Halving stops below 32 rows at B = 4 (512
+/// warps: 13.4).
+pub const STREAMING_WARPS_PER_SM: usize = 4;
 
 /// Fewest state rows a warp of the streaming kernel is given (each warp forms q̂ and k̂ of its
 /// columns itself, so very short row ranges would repeat that work for little state).
