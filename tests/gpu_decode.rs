@@ -667,9 +667,11 @@ fn graph_replay_is_bitwise_equal_to_eager() {
     let stream = gpu.context().new_stream().unwrap();
     // Batch 1 at one token runs the register-resident kernel (rows split over blocks: the
     // arrival counters must be back at zero for every replay), batch 4 at one token the
-    // shared-memory kernel, batch 16 the streaming kernel (rows split over four warps per (b, h),
-    // counters again); four tokens run the chunked forward (state advanced in place), the last
-    // case pinned to it.
+    // streaming kernel with four warps of one block per (b, h) (CTA-scope counters), batch 16
+    // the streaming kernel with one warp per (b, h); four tokens run the chunked forward (state
+    // advanced in place), the last case pinned to it. The eager calls are also checked against
+    // the golden step recurrence: a θ or k̂ write-back lost between calls would leave eager and
+    // graph equal but wrong.
     let chunked = Some(DecodePath::Chunked);
     for (batch, tokens, pin) in [
         (1, 1, None),
@@ -714,6 +716,27 @@ fn graph_replay_is_bitwise_equal_to_eager() {
             )
             .unwrap();
             eager_out.push(stream.clone_dtoh(&out).unwrap());
+        }
+        let mut reference = start.clone();
+        for (i, (call, got)) in calls.iter().zip(&eager_out).enumerate() {
+            let with_first_weights = Mamba3Inputs {
+                q_bias: calls[0].q_bias.clone(),
+                k_bias: calls[0].k_bias.clone(),
+                mimo_v: calls[0].mimo_v.clone(),
+                mimo_z: calls[0].mimo_z.clone(),
+                mimo_o: calls[0].mimo_o.clone(),
+                d: calls[0].d.clone(),
+                norm: calls[0].norm.clone(),
+                ..call.clone()
+            };
+            let want = golden::step(&with_first_weights, &mut reference).unwrap();
+            quantize_state::<bf16>(&mut reference);
+            let err = rel_err(&to_f64(got), &want);
+            let tol = tolerance(Dtype::Bf16, 0.0);
+            assert!(
+                err <= tol,
+                "B={batch} T={tokens} call {i}: eager output error {err:e} > {tol:e} against the golden step"
+            );
         }
 
         let mut state =
