@@ -3,6 +3,7 @@
 //! Parameter structs are `#[repr(C)]` and passed to kernels by value; device pointers are `u64`
 //! (0 = absent optional tensor), sizes are in elements.
 #![no_std]
+#![warn(missing_docs)]
 
 /// Output mode of the Mamba-3 MIMO forward and decode (spec §4.1).
 pub mod output_mode {

@@ -15,6 +15,8 @@
 //! dynamically, and [`Gpu::new`] returns [`Error::NoDriver`] / [`Error::NoDevice`] instead of
 //! panicking.
 
+#![warn(missing_docs)]
+
 pub mod backward;
 mod config;
 pub mod decode;

@@ -7,6 +7,7 @@
 #![no_std]
 #![feature(abi_ptx, asm_experimental_arch, core_intrinsics, stdarch_nvptx)]
 #![allow(internal_features)]
+#![warn(missing_docs)]
 
 pub mod angles;
 pub mod arch;
