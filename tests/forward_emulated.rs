@@ -620,19 +620,11 @@ fn emulated_tensor_core_kernel_matches_golden() {
     eprintln!("emulated tensor-core kernel: worst error {worst:.2e}");
 }
 
-/// A forward that starts from a decode state: the golden forward's states after `prefix` tokens
-/// (rounded to the kernel's storage types) start the kernels on the remaining tokens; the
-/// reference is the golden step recurrence from the same rounded states.
-fn check_continuation(
-    case: &Case,
-    prefix: usize,
-    seed: u64,
-    segments: usize,
-    forward: Forward,
-) -> f64 {
+/// The tokens after `prefix` of `case`'s random inputs (seed `seed`) and the state they start
+/// from: the golden forward's states after `prefix` tokens, rounded to the kernel's storage types.
+fn continuation(case: &Case, prefix: usize, seed: u64) -> (Mamba3Inputs, FinalStates) {
     let raw = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     let inp = round_inputs(&raw, case.bf16);
-    let s = case.geo.seq_len;
     let head = forward_recurrent(&inp.token_slice(0, prefix).unwrap()).unwrap();
     let act = |x: &[f64]| -> Vec<f64> {
         x.iter()
@@ -653,7 +645,20 @@ fn check_continuation(
         k: act(&fs.k),
         v: act(&fs.v),
     };
-    let tail = inp.token_slice(prefix, s).unwrap();
+    (inp.token_slice(prefix, case.geo.seq_len).unwrap(), init)
+}
+
+/// A forward that starts from a decode state: the golden forward's states after `prefix` tokens
+/// (rounded to the kernel's storage types) start the kernels on the remaining tokens; the
+/// reference is the golden step recurrence from the same rounded states.
+fn check_continuation(
+    case: &Case,
+    prefix: usize,
+    seed: u64,
+    segments: usize,
+    forward: Forward,
+) -> f64 {
+    let (tail, init) = continuation(case, prefix, seed);
     let mut reference = init.clone();
     let ref_out = step(&tail, &mut reference).unwrap();
     let ours = run_emulated(
@@ -696,22 +701,7 @@ fn emulated_chunked_decode_bound_follows_the_conditioning_of_a_cancelling_output
         opts: opts(Rotation::HalfSplit, OutputMode::FusedNorm, true, true),
         bf16: false,
     };
-    let prefix = 1;
-    let inp = round_inputs(
-        &Mamba3Inputs::random(case.geo, case.opts, 6).unwrap(),
-        false,
-    );
-    let fs = forward_recurrent(&inp.token_slice(0, prefix).unwrap())
-        .unwrap()
-        .final_states;
-    let f = |x: &[f64]| -> Vec<f64> { x.iter().map(|&v| v as f32 as f64).collect() };
-    let init = FinalStates {
-        theta: f(&fs.theta),
-        ssm: f(&fs.ssm),
-        k: f(&fs.k),
-        v: f(&fs.v),
-    };
-    let tail = inp.token_slice(prefix, case.geo.seq_len).unwrap();
+    let (tail, init) = continuation(&case, 1, 6);
     let mut reference = init.clone();
     let want = step(&tail, &mut reference).unwrap();
     let spread = common::step_rounding_spread(&tail, &init, &want);
