@@ -323,7 +323,7 @@ fn multi_token_calls_run_the_chunked_forward() {
         DecodePath::Chunked
             .kernel::<f32>(&reference(1), 8)
             .map(|k| k.symbol()),
-        Some("forward_fixed_f32_r4_n128_p64_na32_c16")
+        Some("forward_mma_f32_r4_n128_p64_na32_c16")
     );
     assert_eq!(
         DecodePath::Chunked

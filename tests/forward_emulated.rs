@@ -17,8 +17,9 @@ use mamba3::golden::{
     Rotation,
 };
 use mamba3_abi::{
-    forward_mma_smem, segment_combine_smem_bytes, ForwardParams, ForwardSmem, ForwardStage,
-    SegmentCombineParams, FORWARD_MMA_THREADS, FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
+    forward_mma_smem, forward_tf32_smem, segment_combine_smem_bytes, ForwardParams, ForwardSmem,
+    ForwardStage, SegmentCombineParams, FORWARD_MMA_THREADS, FORWARD_THREADS,
+    SEGMENT_COMBINE_THREADS,
 };
 
 use common::{geo, opts, rel_err, worst_over};
@@ -38,6 +39,14 @@ mod chunked_forward;
 #[allow(clippy::all)]
 #[path = "../kernels/src/chunked_forward_mma.rs"]
 mod chunked_forward_mma;
+
+#[allow(clippy::all)]
+#[path = "../kernels/src/chunked_forward_tf32.rs"]
+mod chunked_forward_tf32;
+
+#[allow(clippy::all)]
+#[path = "../kernels/src/tf32x3.rs"]
+mod tf32x3;
 
 #[allow(clippy::all)]
 #[path = "../kernels/src/segment_state.rs"]
@@ -116,8 +125,9 @@ fn fixed_geometry(g: Mamba3Geometry, chunk: usize, bf16: bool) -> bool {
 enum Forward {
     /// `chunked_forward` (general or fixed geometry, as the host dispatches).
     Chunked,
-    /// `chunked_forward_mma` (bf16, R=4, N=128, P=64, Na=32, C=16 only), as the host
-    /// dispatches it: the short-call instantiation when the call is one chunk shorter than C.
+    /// The tensor-core kernel of the dtype (R=4, N=128, P=64, Na=32, C=16 only), as the host
+    /// dispatches it: bf16 `chunked_forward_mma` (its short-call instantiation when the call is
+    /// one chunk shorter than C), f32 `chunked_forward_tf32`.
     TensorCore,
     /// `chunked_forward_mma`'s short-call instantiation whatever the length (it is correct for
     /// any call; the host runs it only below C).
@@ -262,13 +272,25 @@ fn run_emulated(
     let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
     let grid = (g.heads as u32, (g.batch * segments) as u32);
     let tensor_core = matches!(forward, Forward::TensorCore | Forward::TensorCoreShort);
+    let tc_words = if bf16 {
+        forward_mma_smem::BYTES
+    } else {
+        forward_tf32_smem::BYTES
+    } as usize
+        / 4;
     if segments > 1 && tensor_core {
         emulation::run_grid(
             grid,
             FORWARD_MMA_THREADS as usize,
-            forward_mma_smem::BYTES as usize / 4,
+            tc_words,
             &mem.buffers,
-            || unsafe { chunked_forward_mma::chunked_forward_mma::<true, false>(&params) },
+            || unsafe {
+                if bf16 {
+                    chunked_forward_mma::chunked_forward_mma::<true, false>(&params)
+                } else {
+                    chunked_forward_tf32::chunked_forward_tf32::<true>(&params)
+                }
+            },
         );
     } else if segments > 1 {
         emulation::run_grid(
@@ -323,15 +345,18 @@ fn run_emulated(
         );
     }
     if tensor_core {
-        assert!(bf16 && fixed_geometry(g, chunk, bf16));
+        assert!(fixed_geometry(g, chunk, bf16));
+        assert!(bf16 || forward == Forward::TensorCore);
         let short = forward == Forward::TensorCoreShort || (segments == 1 && g.seq_len < chunk);
         emulation::run_grid(
             grid,
             FORWARD_MMA_THREADS as usize,
-            forward_mma_smem::BYTES as usize / 4,
+            tc_words,
             &mem.buffers,
             || unsafe {
-                if short {
+                if !bf16 {
+                    chunked_forward_tf32::chunked_forward_tf32::<false>(&params)
+                } else if short {
                     chunked_forward_mma::chunked_forward_mma::<false, true>(&params)
                 } else {
                     chunked_forward_mma::chunked_forward_mma::<false, false>(&params)
@@ -587,7 +612,28 @@ fn emulated_tensor_core_kernel_matches_golden() {
         ),
     ];
     let mut worst = 0.0f64;
+    let mut worst_f32 = 0.0f64;
     for (i, (g, o)) in cases.into_iter().enumerate() {
+        // The f32 kernel (three-pass TF32) on the same geometries, whole and split; the split's
+        // segment-state pass is its own instantiation.
+        let case = Case {
+            geo: g,
+            chunk: 16,
+            opts: o,
+            bf16: false,
+        };
+        let seed = 350 + i as u64;
+        worst_f32 = worst_f32.max(check_forward(&case, seed, true, 1, Forward::TensorCore));
+        if g.seq_len > 16 {
+            let segments = g.seq_len.div_ceil(16).min(3);
+            worst_f32 = worst_f32.max(check_forward(
+                &case,
+                seed,
+                true,
+                segments,
+                Forward::TensorCore,
+            ));
+        }
         let case = Case {
             geo: g,
             chunk: 16,
@@ -617,7 +663,7 @@ fn emulated_tensor_core_kernel_matches_golden() {
             ));
         }
     }
-    eprintln!("emulated tensor-core kernel: worst error {worst:.2e}");
+    eprintln!("emulated tensor-core kernel: worst error bf16 {worst:.2e}, f32 {worst_f32:.2e}");
 }
 
 /// The tokens after `prefix` of `case`'s random inputs (seed `seed`) and the state they start
@@ -797,19 +843,21 @@ fn emulated_kernels_continue_from_an_initial_state() {
         ),
     ];
     for (i, (g, o)) in tc.into_iter().enumerate() {
-        let case = Case {
-            geo: g,
-            chunk: 16,
-            opts: o,
-            bf16: true,
-        };
-        worst = worst.max(check_continuation(
-            &case,
-            1 + 4 * i,
-            530 + i as u64,
-            1,
-            Forward::TensorCore,
-        ));
+        for bf16 in [true, false] {
+            let case = Case {
+                geo: g,
+                chunk: 16,
+                opts: o,
+                bf16,
+            };
+            worst = worst.max(check_continuation(
+                &case,
+                1 + 4 * i,
+                530 + i as u64,
+                1,
+                Forward::TensorCore,
+            ));
+        }
     }
     let case = Case {
         geo: geo(1, 40, 4, 1, 1, 128, 64, 32),
@@ -818,6 +866,11 @@ fn emulated_kernels_continue_from_an_initial_state() {
         bf16: true,
     };
     worst = worst.max(check_continuation(&case, 5, 540, 2, Forward::TensorCore));
+    let case = Case {
+        bf16: false,
+        ..case
+    };
+    worst = worst.max(check_continuation(&case, 5, 541, 2, Forward::TensorCore));
     eprintln!("emulated continuation: worst error {worst:.2e}");
 }
 

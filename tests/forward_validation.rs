@@ -415,21 +415,36 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
             "forward_mma_bf16_r4_n128_p64_na32_c16"
         ]
     );
-    // f32 at the same geometry: the fixed-geometry kernels, one block per SM.
+    // f32 at the same geometry: the three-pass TF32 tensor-core kernels, also two blocks per SM
+    // (no short-call instantiation: a call shorter than a chunk runs the full one).
     let base_f32 = ForwardConfig {
         dtype: Dtype::F32,
         ..base
     };
-    assert_eq!(blocks_per_sm(&base_f32), 1);
-    assert_eq!(sequence_segments(&base_f32, 132), 2);
+    assert_eq!(blocks_per_sm(&base_f32), 2);
+    assert_eq!(sequence_segments(&base_f32, 132), 4);
     assert_eq!(
         dispatch_paths_with_workspace(&base_f32, 132),
         vec![
-            "segment_state_fixed_f32_r4_n128_p64_na32_c16",
+            "segment_state_mma_f32_r4_n128_p64_na32_c16",
             "segment_combine_f32",
-            "forward_fixed_f32_r4_n128_p64_na32_c16"
+            "forward_mma_f32_r4_n128_p64_na32_c16"
         ]
     );
+    let short_f32 = ForwardConfig {
+        seq_len: 8,
+        ..base_f32
+    };
+    assert_eq!(
+        dispatch_paths_with_workspace(&short_f32, 132),
+        vec!["forward_mma_f32_r4_n128_p64_na32_c16"]
+    );
+    // Another chunk size in f32: the rank's general kernels, one block per SM.
+    let general_f32 = ForwardConfig {
+        chunk_size: 32,
+        ..base_f32
+    };
+    assert_eq!(blocks_per_sm(&general_f32), 1);
     // Shorter than one chunk: never split, the tensor-core forward's short-call instantiation;
     // one chunk exactly: the full-chunk kernel.
     for (seq_len, kernel) in [
@@ -540,14 +555,17 @@ fn shared_memory_of_upstream_geometries_fits_hopper() {
 /// per block) within an H100/H200 SM's 228 KB, and within the 227 KB opt-in limit of one block.
 #[test]
 fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
-    use mamba3_abi::{forward_mma_smem, FORWARD_MMA_THREADS, LAUNCH_BOUNDS};
+    use mamba3_abi::{forward_mma_smem, forward_tf32_smem, FORWARD_MMA_THREADS, LAUNCH_BOUNDS};
     const SM_BYTES: u32 = 228 * 1024;
     const DRIVER_BYTES_PER_BLOCK: u32 = 1024;
     const { assert!(2 * (forward_mma_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES) };
+    const { assert!(2 * (forward_tf32_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES) };
     for entry in [
         "forward_mma_bf16_r4_n128_p64_na32_c16",
         "forward_mma_short_bf16_r4_n128_p64_na32_c16",
         "segment_state_mma_bf16_r4_n128_p64_na32_c16",
+        "forward_mma_f32_r4_n128_p64_na32_c16",
+        "segment_state_mma_f32_r4_n128_p64_na32_c16",
     ] {
         let bound = LAUNCH_BOUNDS
             .iter()
@@ -557,6 +575,11 @@ fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
         assert_eq!(bound.min_blocks_per_sm, 2, "{entry}");
     }
     assert_eq!(blocks_per_sm(&benchmark_config()), 2);
+    let f32_config = ForwardConfig {
+        dtype: Dtype::F32,
+        ..benchmark_config()
+    };
+    assert_eq!(blocks_per_sm(&f32_config), 2);
 }
 
 /// The benchmark geometry (H=64, B=1, S=2048, R=4, N=128, P=64, Na=32, C=16, G=1), bf16.

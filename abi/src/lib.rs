@@ -526,6 +526,53 @@ pub mod forward_mma_smem {
     pub const BYTES: u32 = IDENT + 16;
 }
 
+/// Shared-memory layout of the f32 tensor-core forward (`forward_mma_f32_*`, three-pass TF32) for
+/// the same geometry as [`forward_mma_smem`], byte offsets from the dynamic shared base. The q̂
+/// and k̂ tiles also receive the next chunk's raw q and k rows (rotated in place), and x and the
+/// state-pass x are formed from the raw v rows as the products read them, so two blocks still fit
+/// one SM. Row strides: q̂/k̂ 136 f32 (a multiple of 8 words past 128: the 8-byte fragment loads of
+/// a half-warp fall on 32 distinct banks), weighted scores 68 f32 (4 words past 64: the scalar
+/// fragment loads of a warp fall on 32 distinct banks).
+pub mod forward_tf32_smem {
+    /// Row stride in bytes of the q̂ and k̂ tiles.
+    pub const QK_STRIDE: u32 = 136 * 4;
+    /// Row stride in bytes of the weighted score tile.
+    pub const W_STRIDE: u32 = 68 * 4;
+    /// Rotated, biased q̂ `(64 rows, 128)` f32; the next chunk's raw q rows once the chunk's
+    /// products are done.
+    pub const Q: u32 = 0;
+    /// Rotated, biased k̂ `(64, 128)` f32; the next chunk's raw k rows likewise.
+    pub const K: u32 = Q + 64 * QK_STRIDE;
+    /// Weighted scores `(64, 64)` f32.
+    pub const W: u32 = K + 64 * QK_STRIDE;
+    /// Two banks (chunk parity) of raw v and z rows `(16, 64)` f32 each: v at +0, z at +4096.
+    pub const BANK: u32 = W + 64 * W_STRIDE;
+    /// Bytes of one bank.
+    pub const BANK_BYTES: u32 = 8192;
+    /// `(cos θ, sin θ)` of the chunk `(16 times, 32 angles)` f32 pairs; the epilogue's per-warp
+    /// partial sums of squares `(4, 64 rows)` f32 in fused-norm mode (after the rotation).
+    pub const CS: u32 = BANK + 2 * BANK_BYTES;
+    /// Per-warp partial sums of squares (fused-norm mode), sharing [`CS`]'s bytes.
+    pub const NORM: u32 = CS;
+    /// Carried angle totals `(32)` f64.
+    pub const THETA: u32 = CS + 16 * 32 * 8;
+    /// Per-warp angle-increment totals `(4, 32)` f64.
+    pub const TOT: u32 = THETA + 32 * 8;
+    /// Two banks (chunk parity) of token scalars `(5, 16)` f32, as in [`forward_mma_smem::SCAL`].
+    pub const SCAL: u32 = TOT + 4 * 32 * 8;
+    /// Bytes of one bank of token scalars.
+    pub const SCAL_BYTES: u32 = 5 * 16 * 4;
+    /// Score weights `(16, 16)` f32; k̂₀ of an initial state `(R, N)` f32 occupies it and the 1 KB
+    /// after it ([`INIT_K`]) until the first chunk's weights.
+    pub const WT: u32 = SCAL + 2 * SCAL_BYTES;
+    /// k̂₀ of an initial state `(4, 128)` f32 (2 KB from [`WT`]).
+    pub const INIT_K: u32 = WT;
+    /// The identity rotation `(1, 0, 1, 0)` f32.
+    pub const IDENT: u32 = WT + 2 * 16 * 16 * 4;
+    /// Total dynamic shared memory (two blocks fit one H100/H200 SM).
+    pub const BYTES: u32 = IDENT + 16;
+}
+
 /// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state, or
 /// from the initial state of [`ForwardParams::init_theta`] and the three pointers after it.
 ///

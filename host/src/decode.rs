@@ -308,13 +308,16 @@ impl DecodeConfig {
 
     /// Whether [`DecodeConfig::path`] picks [`DecodePath::Chunked`] for a call over `tokens`
     /// tokens with activations `X` on a GPU whose opt-in shared memory per block is
-    /// `max_shared_memory` bytes: from [`CHUNKED_MIN_TOKENS`] tokens, where the forward has a
-    /// tensor-core kernel for the dtype and geometry and the GPU holds its shared memory. Its
-    /// `chunked_forward` fallback is slower than the per-token kernels (f32, T = 8, H200: 138
-    /// against 63 µs at B = 8, 4129 against 1715 at B = 256), so it runs only when pinned.
+    /// `max_shared_memory` bytes: from [`CHUNKED_MIN_TOKENS`] tokens, with bf16 activations,
+    /// where the forward has a tensor-core kernel for the geometry and the GPU holds its shared
+    /// memory. Its `chunked_forward` fallback is slower than the per-token kernels (f32, T = 8,
+    /// H200: 138 against 63 µs at B = 8, 4129 against 1715 at B = 256), so it runs only when
+    /// pinned; so does f32's three-pass TF32 forward (not measured against the per-token
+    /// kernels yet).
     pub fn prefers_chunked<X: Activation>(&self, tokens: usize, max_shared_memory: usize) -> bool {
         let config = self.forward_config(tokens, X::DTYPE);
         tokens >= CHUNKED_MIN_TOKENS
+            && X::DTYPE == Dtype::Bf16
             && forward::validate_config(&config).is_ok()
             && forward::tensor_core_fits(&config, max_shared_memory)
     }

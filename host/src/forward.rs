@@ -58,9 +58,9 @@ use cudarc::driver::{
     LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    forward_mma_smem, forward_smem_bytes, forward_stage_bytes, segment_combine_smem_bytes,
-    ForwardParams, SegmentCombineParams, FORWARD_MMA_THREADS, FORWARD_THREADS,
-    SEGMENT_COMBINE_THREADS,
+    forward_mma_smem, forward_smem_bytes, forward_stage_bytes, forward_tf32_smem,
+    segment_combine_smem_bytes, ForwardParams, SegmentCombineParams, FORWARD_MMA_THREADS,
+    FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
 };
 
 use crate::config::{OutputMode, Rotation};
@@ -529,7 +529,17 @@ fn tensor_core_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
 /// whose shared memory fits a GPU with `max_shared_memory` bytes of opt-in shared memory per
 /// block (it then runs unless a view is misaligned, see [`kernel_for`]).
 pub fn tensor_core_fits(config: &ForwardConfig, max_shared_memory: usize) -> bool {
-    tensor_core_kernels(config).is_some() && forward_mma_smem::BYTES as usize <= max_shared_memory
+    tensor_core_kernels(config).is_some()
+        && tensor_core_shared_memory(config.dtype) as usize <= max_shared_memory
+}
+
+/// Dynamic shared memory of the tensor-core forward for activations of `dtype` (bf16: 109 KB;
+/// f32, three-pass TF32 with f32 tiles: 109 KB).
+pub fn tensor_core_shared_memory(dtype: Dtype) -> u32 {
+    match dtype {
+        Dtype::Bf16 => forward_mma_smem::BYTES,
+        Dtype::F32 => forward_tf32_smem::BYTES,
+    }
 }
 
 /// The forward kernel for `config`: the tensor-core kernel for exactly its dtype and geometry
@@ -709,7 +719,7 @@ pub(crate) fn launch_plan(
             tc_segment_state,
             LaunchConfig {
                 block_dim: (FORWARD_MMA_THREADS, 1, 1),
-                shared_mem_bytes: forward_mma_smem::BYTES,
+                shared_mem_bytes: tensor_core_shared_memory(config.dtype),
                 ..cfg
             },
         ),

@@ -106,6 +106,11 @@ pub enum Kernel {
     ForwardMmaShortBf16R4N128P64Na32C16,
     /// Segment-state pass of the split tensor-core forward, bf16, R=4, N=128, P=64, Na=32, C=16.
     SegmentStateMmaBf16R4N128P64Na32C16,
+    /// Chunked forward on TF32 tensor cores at float32 accuracy (three passes per product, state
+    /// in registers), f32, R=4, N=128, P=64, Na=32, C=16.
+    ForwardMmaF32R4N128P64Na32C16,
+    /// Segment-state pass of the split f32 tensor-core forward, R=4, N=128, P=64, Na=32, C=16.
+    SegmentStateMmaF32R4N128P64Na32C16,
     /// Segment-state pass instantiated for one geometry (R=4, N=128, P=64, Na=32, C=16), f32
     /// activations.
     SegmentStateFixedF32R4N128P64Na32C16,
@@ -150,7 +155,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 67] = [
+    pub const ALL: [Kernel; 69] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -199,6 +204,8 @@ impl Kernel {
         Kernel::ForwardMmaBf16R4N128P64Na32C16,
         Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
+        Kernel::ForwardMmaF32R4N128P64Na32C16,
+        Kernel::SegmentStateMmaF32R4N128P64Na32C16,
         Kernel::SegmentStateFixedF32R4N128P64Na32C16,
         Kernel::SegmentStateFixedBf16R4N128P64Na32C16,
         Kernel::SegmentStateF32R1,
@@ -276,6 +283,10 @@ impl Kernel {
             }
             Kernel::SegmentStateMmaBf16R4N128P64Na32C16 => {
                 "segment_state_mma_bf16_r4_n128_p64_na32_c16"
+            }
+            Kernel::ForwardMmaF32R4N128P64Na32C16 => "forward_mma_f32_r4_n128_p64_na32_c16",
+            Kernel::SegmentStateMmaF32R4N128P64Na32C16 => {
+                "segment_state_mma_f32_r4_n128_p64_na32_c16"
             }
             Kernel::SegmentStateFixedF32R4N128P64Na32C16 => {
                 "segment_state_fixed_f32_r4_n128_p64_na32_c16"
@@ -432,10 +443,10 @@ pub struct FixedForward {
     /// The segment-state kernel.
     pub segment_state: Kernel,
     /// The tensor-core forward and its segment-state pass
-    /// ([`Kernel::ForwardMmaBf16R4N128P64Na32C16`], [`Kernel::SegmentStateMmaBf16R4N128P64Na32C16`]),
-    /// where they exist for this dtype and geometry: the host prefers them to `forward` and
-    /// `segment_state` when q, k, v and z are 16-byte aligned and the kernel's shared memory
-    /// fits the GPU.
+    /// ([`Kernel::ForwardMmaBf16R4N128P64Na32C16`], [`Kernel::SegmentStateMmaBf16R4N128P64Na32C16`];
+    /// f32: [`Kernel::ForwardMmaF32R4N128P64Na32C16`], three-pass TF32), where they exist for this
+    /// dtype and geometry: the host prefers them to `forward` and `segment_state` when q, k, v and
+    /// z are 16-byte aligned and the kernel's shared memory fits the GPU.
     pub tensor_core: Option<(Kernel, Kernel)>,
     /// The tensor-core forward's instantiation for a call shorter than one chunk
     /// ([`Kernel::ForwardMmaShortBf16R4N128P64Na32C16`]), run instead of the first kernel of
@@ -461,7 +472,10 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         geometry: GEOMETRY_R4_N128_P64_NA32_C16,
         forward: Kernel::ForwardFixedF32R4N128P64Na32C16,
         segment_state: Kernel::SegmentStateFixedF32R4N128P64Na32C16,
-        tensor_core: None,
+        tensor_core: Some((
+            Kernel::ForwardMmaF32R4N128P64Na32C16,
+            Kernel::SegmentStateMmaF32R4N128P64Na32C16,
+        )),
         tensor_core_short: None,
     },
     FixedForward {

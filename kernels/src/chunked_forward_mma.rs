@@ -52,7 +52,8 @@ use mamba3_abi::{
 };
 
 use crate::angles::{
-    angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32, wrap_two_pi_f64,
+    angle_increment, angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32,
+    wrap_two_pi_f64,
 };
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::{fma_rn, pack_bf16x2, sincos_approx};
@@ -66,7 +67,7 @@ use crate::arch::sreg::{
 };
 use crate::chunked_forward::split_f64;
 use crate::elem::{ldg, stg, Bf16, Elem};
-use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp};
+use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp, sincos};
 use crate::smem::{ld_shared_f64, st_shared_f64};
 
 const R: u32 = 4;
@@ -80,13 +81,53 @@ const T: u32 = FORWARD_MMA_THREADS;
 const S_A: u32 = 0;
 const S_C: u32 = 1;
 const S_GAMMA: u32 = 2;
-const S_EXPA: u32 = 3;
-const S_KSCALE: u32 = 4;
+pub(crate) const S_EXPA: u32 = 3;
+pub(crate) const S_KSCALE: u32 = 4;
 
-/// Shared address of token scalar `row` of time `i` in bank `bank` (chunk parity).
+/// The offsets of the regions that the scalar phases use in one tensor-core kernel's layout (this
+/// kernel's [`L`], and `forward_tf32_smem` of the f32 kernel in `chunked_forward_tf32`), and the
+/// angle precision that kernel needs.
+pub(crate) trait Regions {
+    /// Two banks of token scalars (`L::SCAL_BYTES` each).
+    const SCAL: u32;
+    /// Carried angle totals `(32)` f64.
+    const THETA: u32;
+    /// Per-warp angle-increment totals `(4, 32)` f64.
+    const TOT: u32;
+    /// Score weights `(16, 16)` f32.
+    const WT: u32;
+    /// `(cos θ, sin θ)` `(16 times, 32 angles)` f32 pairs.
+    const CS: u32;
+    /// The identity rotation `(1, 0, 1, 0)` f32.
+    const IDENT: u32;
+    /// f32 activations: angle increments in f64 and the range-reduced `sincos` of
+    /// [`crate::math`], errors below f32 rounding; bf16: the cheaper forms of the module docs.
+    const F32_ANGLES: bool;
+}
+
+/// This kernel's [`Regions`].
+pub(crate) struct Bf16Regions;
+
+impl Regions for Bf16Regions {
+    const SCAL: u32 = L::SCAL;
+    const THETA: u32 = L::THETA;
+    const TOT: u32 = L::TOT;
+    const WT: u32 = L::WT;
+    const CS: u32 = L::CS;
+    const IDENT: u32 = L::IDENT;
+    const F32_ANGLES: bool = false;
+}
+
+/// Shared address of token scalar `row` of time `i` in bank `bank` (chunk parity) of layout `G`.
+#[inline(always)]
+pub(crate) fn scal_in<G: Regions>(bk: &Blk, bank: u32, row: u32, i: u32) -> u32 {
+    bk.base + G::SCAL + bank * L::SCAL_BYTES + 64 * row + 4 * i
+}
+
+/// [`scal_in`] of this kernel's layout.
 #[inline(always)]
 fn scal(bk: &Blk, bank: u32, row: u32, i: u32) -> u32 {
-    bk.base + L::SCAL + bank * L::SCAL_BYTES + 64 * row + 4 * i
+    scal_in::<Bf16Regions>(bk, bank, row, i)
 }
 
 /// The low and high bf16 halves of a packed word, as f32.
@@ -97,24 +138,28 @@ fn unpack(w: u32) -> (f32, f32) {
 
 /// Per-block constants.
 #[derive(Clone, Copy)]
-struct Blk {
-    base: u32,
-    tid: u32,
-    warp: u32,
-    lane: u32,
-    b: usize,
-    h: usize,
-    g: usize,
-    s_len: usize,
-    heads: usize,
-    groups: usize,
+pub(crate) struct Blk {
+    /// Shared-memory base.
+    pub(crate) base: u32,
+    /// Thread, warp and lane index.
+    pub(crate) tid: u32,
+    pub(crate) warp: u32,
+    pub(crate) lane: u32,
+    /// Batch row, head and its group.
+    pub(crate) b: usize,
+    pub(crate) h: usize,
+    pub(crate) g: usize,
+    /// S, H, G.
+    pub(crate) s_len: usize,
+    pub(crate) heads: usize,
+    pub(crate) groups: usize,
     /// Start of this (b, h) row in the (B,H,S) tensors.
-    row: usize,
+    pub(crate) row: usize,
 }
 
 /// The next chunk's raw inputs that live in registers until its scalar phase.
 #[derive(Clone, Copy)]
-struct Prefetch {
+pub(crate) struct Prefetch {
     /// Warp 0, lane u ≤ 16: adt (u < len), Δ and the trap logit of chunk token u (zeros past S).
     scalars: [f32; 3],
     /// Every thread: angle logit and Δ of times 4·warp + u, angle `lane`.
@@ -124,7 +169,12 @@ struct Prefetch {
 
 /// Loads chunk `[c0, c0 + len)`'s registers of [`Prefetch`].
 #[inline(always)]
-unsafe fn prefetch(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32) -> Prefetch {
+pub(crate) unsafe fn prefetch<X: Elem>(
+    prm: &ForwardParams,
+    bk: &Blk,
+    c0: u32,
+    len: u32,
+) -> Prefetch {
     let mut pf = Prefetch {
         scalars: [0.0; 3],
         logits: [0.0; 4],
@@ -139,7 +189,7 @@ unsafe fn prefetch(prm: &ForwardParams, bk: &Blk, c0: u32, len: u32) -> Prefetch
                 pf.scalars[0] = ldg(prm.adt, bk.row + t);
             }
             pf.scalars[1] = ldg(prm.dt, bk.row + t);
-            pf.scalars[2] = Bf16::load(prm.trap, bk.row + t);
+            pf.scalars[2] = X::load(prm.trap, bk.row + t);
         }
         for u in 0..4 {
             let i = 4 * bk.warp + u as u32;
@@ -221,21 +271,30 @@ unsafe fn stage_chunk<const STATES_ONLY: bool>(
 /// before anyone overwrites it), the warp totals into shared memory; warp 0 forms the token
 /// scalars.
 #[inline(always)]
-unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch, bank: u32) -> (f64, [f64; 4]) {
+pub(crate) unsafe fn phase_increments<G: Regions>(
+    bk: &Blk,
+    len: u32,
+    pf: &Prefetch,
+    bank: u32,
+) -> (f64, [f64; 4]) {
     let mut loc = [0.0f64; 4];
     // SAFETY (whole body): indices inside the THETA, TOT and SCAL regions.
     unsafe {
-        let carry = ld_shared_f64(bk.base + L::THETA + 8 * bk.lane);
+        let carry = ld_shared_f64(bk.base + G::THETA + 8 * bk.lane);
         let mut acc = 0.0f64;
         // Times past `len` have logit and Δ zero from the prefetch, so their increment is an
         // exact zero; unconditional, the four increments' dependency chains interleave.
         for (u, l) in loc.iter_mut().enumerate() {
-            acc += angle_increment_f32(pf.logits[u], pf.dts[u]) as f64;
+            acc += if G::F32_ANGLES {
+                angle_increment(pf.logits[u], pf.dts[u])
+            } else {
+                angle_increment_f32(pf.logits[u], pf.dts[u]) as f64
+            };
             *l = acc;
         }
-        st_shared_f64(bk.base + L::TOT + 8 * (32 * bk.warp + bk.lane), acc);
+        st_shared_f64(bk.base + G::TOT + 8 * (32 * bk.warp + bk.lane), acc);
         if bk.warp == 0 {
-            token_scalars(bk, len, pf.scalars, bank);
+            token_scalars::<G>(bk, len, pf.scalars, bank);
         }
         (carry, loc)
     }
@@ -244,7 +303,7 @@ unsafe fn phase_increments(bk: &Blk, len: u32, pf: &Prefetch, bank: u32) -> (f64
 /// Warp 0: `A_i` (inclusive prefix of adt), `Ā_i` (exclusive suffix), `γ_i`, `c_i = γ_i + ε_{i+1}`
 /// and the derived `exp(A_i)`, `exp(Ā_i)·c_i`, one time per lane.
 #[inline(always)]
-unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3], bank: u32) {
+unsafe fn token_scalars<G: Regions>(bk: &Blk, len: u32, sc: [f32; 3], bank: u32) {
     let lane = bk.lane;
     let a = if lane < len { sc[0] } else { 0.0 };
     let mut pre = a;
@@ -273,11 +332,11 @@ unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3], bank: u32) {
     if lane < C {
         // SAFETY: lane < 16 indexes the SCAL rows.
         unsafe {
-            st_shared_f32(scal(bk, bank, S_A, lane), pre);
-            st_shared_f32(scal(bk, bank, S_C, lane), c_s);
-            st_shared_f32(scal(bk, bank, S_GAMMA, lane), gamma);
-            st_shared_f32(scal(bk, bank, S_EXPA, lane), exp(pre));
-            st_shared_f32(scal(bk, bank, S_KSCALE, lane), exp(suf) * c_s);
+            st_shared_f32(scal_in::<G>(bk, bank, S_A, lane), pre);
+            st_shared_f32(scal_in::<G>(bk, bank, S_C, lane), c_s);
+            st_shared_f32(scal_in::<G>(bk, bank, S_GAMMA, lane), gamma);
+            st_shared_f32(scal_in::<G>(bk, bank, S_EXPA, lane), exp(pre));
+            st_shared_f32(scal_in::<G>(bk, bank, S_KSCALE, lane), exp(suf) * c_s);
         }
     }
 }
@@ -285,7 +344,7 @@ unsafe fn token_scalars(bk: &Blk, len: u32, sc: [f32; 3], bank: u32) {
 /// Phase S2: θ of each (time, angle) from the carry and the warp totals, its cosine and sine;
 /// the new carry; the score weights.
 #[inline(always)]
-unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
+pub(crate) unsafe fn phase_angles_weights<G: Regions, const STATES_ONLY: bool>(
     bk: &Blk,
     len: u32,
     carry: f64,
@@ -299,7 +358,7 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
         // cos/sin entries nobody reads. Every shared load of the phase comes first (a store would
         // hold each later load back, see `phase_rotate`): the warp totals, and the score weights'
         // token scalars (the segment-state pass has no scores).
-        let totals = [0u32, 1, 2].map(|w| ld_shared_f64(bk.base + L::TOT + 8 * (32 * w + bk.lane)));
+        let totals = [0u32, 1, 2].map(|w| ld_shared_f64(bk.base + G::TOT + 8 * (32 * w + bk.lane)));
         let pairs = [0u32, 1].map(|m| {
             let e = bk.tid + m * T;
             (e, e / C, e % C)
@@ -309,10 +368,10 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
                 [0.0; 4]
             } else {
                 [
-                    ld_shared_f32(scal(bk, bank, S_A, i)),
-                    ld_shared_f32(scal(bk, bank, S_A, ip)),
-                    ld_shared_f32(scal(bk, bank, S_C, ip)),
-                    ld_shared_f32(scal(bk, bank, S_GAMMA, i)),
+                    ld_shared_f32(scal_in::<G>(bk, bank, S_A, i)),
+                    ld_shared_f32(scal_in::<G>(bk, bank, S_A, ip)),
+                    ld_shared_f32(scal_in::<G>(bk, bank, S_C, ip)),
+                    ld_shared_f32(scal_in::<G>(bk, bank, S_GAMMA, i)),
                 ]
             }
         });
@@ -326,7 +385,7 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
                 } else {
                     0.0
                 };
-                st_shared_f32(bk.base + L::WT + 4 * e, w);
+                st_shared_f32(bk.base + G::WT + 4 * e, w);
             }
         }
         let mut th0 = carry;
@@ -336,10 +395,14 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
         for (u, l) in loc.iter().enumerate() {
             let i = 4 * bk.warp + u as u32;
             let th = th0 + *l;
-            let (s, c) = sincos_approx(reduced_near_f32(th));
-            st_shared_v2_f32(bk.base + L::CS + 8 * (32 * i + bk.lane), [c, s]);
+            let (s, c) = if G::F32_ANGLES {
+                sincos(reduced_near_f32(th))
+            } else {
+                sincos_approx(reduced_near_f32(th))
+            };
+            st_shared_v2_f32(bk.base + G::CS + 8 * (32 * i + bk.lane), [c, s]);
             if i == len - 1 {
-                st_shared_f64(bk.base + L::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
+                st_shared_f64(bk.base + G::THETA + 8 * bk.lane, wrap_two_pi_f64(th));
             }
         }
     }
@@ -348,14 +411,15 @@ unsafe fn phase_angles_weights<const STATES_ONLY: bool>(
 /// Per-lane constants of phase R (warp = rank r; columns 2l, 2l+1, 64+2l, 65+2l of q and k;
 /// columns 2l, 2l+1 of x).
 #[derive(Clone, Copy)]
-struct RankParams {
-    q_bias: [f32; 4],
-    k_bias: [f32; 4],
-    mimo_v: [f32; 2],
+pub(crate) struct RankParams {
+    pub(crate) q_bias: [f32; 4],
+    pub(crate) k_bias: [f32; 4],
+    pub(crate) mimo_v: [f32; 2],
 }
 
+/// This thread's [`RankParams`].
 #[inline(always)]
-unsafe fn rank_params(prm: &ForwardParams, bk: &Blk) -> RankParams {
+pub(crate) unsafe fn rank_params(prm: &ForwardParams, bk: &Blk) -> RankParams {
     let hr = bk.h * R as usize + bk.warp as usize;
     let l = bk.lane as usize;
     let cols = [2 * l, 2 * l + 1, 64 + 2 * l, 65 + 2 * l];
@@ -393,14 +457,14 @@ fn rotate_row(lo: u32, hi: u32, bias: [f32; 4], cs: [f32; 4], half_split: bool) 
 /// no pair rotates and read the identity (1, 0, 1, 0) at [`L::IDENT`] for every time, so the row
 /// loop has no lane-dependent branch. Pairwise: lane l reads angle l.
 #[inline(always)]
-fn cs_source(bk: &Blk, half_split: bool) -> (u32, u32) {
+pub(crate) fn cs_source<G: Regions>(bk: &Blk, half_split: bool) -> (u32, u32) {
     let l = bk.lane;
     if !half_split {
-        (bk.base + L::CS + 8 * l, 256)
+        (bk.base + G::CS + 8 * l, 256)
     } else if l < 16 {
-        (bk.base + L::CS + 16 * l, 256)
+        (bk.base + G::CS + 16 * l, 256)
     } else {
-        (bk.base + L::IDENT, 0)
+        (bk.base + G::IDENT, 0)
     }
 }
 
@@ -652,15 +716,16 @@ unsafe fn phase_intra<const FULL: bool>(bk: &Blk, len: u32, y: &mut [[[f32; 4]; 
 /// Per-lane constants of the epilogue: the lane's rank `r = (lane/4) mod 4` and its four columns
 /// `p = 16w + 8j + 2(lane mod 4) + e`.
 #[derive(Clone, Copy)]
-struct ColumnParams {
+pub(crate) struct ColumnParams {
     /// `D_h·mimo_v[r, p]` (x = v·mimo_v enters the output as `D·x`).
-    d_mimo_v: [[f32; 2]; 2],
-    mimo_z: [[f32; 2]; 2],
-    mimo_o: [[f32; 2]; 2],
+    pub(crate) d_mimo_v: [[f32; 2]; 2],
+    pub(crate) mimo_z: [[f32; 2]; 2],
+    pub(crate) mimo_o: [[f32; 2]; 2],
 }
 
+/// This thread's [`ColumnParams`].
 #[inline(always)]
-unsafe fn column_params(prm: &ForwardParams, bk: &Blk) -> ColumnParams {
+pub(crate) unsafe fn column_params(prm: &ForwardParams, bk: &Blk) -> ColumnParams {
     let r = ((bk.lane / 4) % 4) as usize;
     let hr = (bk.h * R as usize + r) * P as usize;
     let d_h = if prm.d != 0 {
@@ -695,7 +760,7 @@ unsafe fn column_params(prm: &ForwardParams, bk: &Blk) -> ColumnParams {
 /// The norm weights of the lane's columns `p = 16w + 8j + 2(lane mod 4) + e`, e ∈ {0, 1}, read
 /// where they are applied (L1 hits after the first chunk) rather than held in registers.
 #[inline(always)]
-fn norm_weights(prm: &ForwardParams, bk: &Blk, j: usize) -> [f32; 2] {
+pub(crate) fn norm_weights(prm: &ForwardParams, bk: &Blk, j: usize) -> [f32; 2] {
     if prm.norm_weight == 0 {
         return [1.0; 2];
     }
@@ -896,7 +961,7 @@ unsafe fn phase_state<const FULL: bool>(bk: &Blk, len: u32, bank: u32, state: &m
 
 /// Index of the lane's state element `(tile nt, slot s)` in a row-major (P, N) f32 matrix.
 #[inline(always)]
-fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
+pub(crate) fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
     let p = 16 * w + lane / 4 + 8 * (s as u32 / 2);
     let n = 8 * nt as u32 + 2 * (lane % 4) + s as u32 % 2;
     (p * N + n) as usize
@@ -905,7 +970,7 @@ fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
 /// The block's state accumulators from the `(P,N)` f32 tile at element `at` of `base`, a pair
 /// of columns per 8-byte load (the tile and `base` 8-byte aligned: launch contract).
 #[inline(always)]
-unsafe fn load_state_tile(bk: &Blk, base: u64, at: usize) -> [[f32; 4]; 16] {
+pub(crate) unsafe fn load_state_tile(bk: &Blk, base: u64, at: usize) -> [[f32; 4]; 16] {
     let mut state = [[0.0f32; 4]; 16];
     for (nt, st) in state.iter_mut().enumerate() {
         for pair in 0..2 {
@@ -922,7 +987,7 @@ unsafe fn load_state_tile(bk: &Blk, base: u64, at: usize) -> [[f32; 4]; 16] {
 /// Stores the state accumulators into the `(P,N)` f32 tile at element `at` of `base` (see
 /// [`load_state_tile`]).
 #[inline(always)]
-unsafe fn store_state_tile(bk: &Blk, base: u64, at: usize, state: &[[f32; 4]; 16]) {
+pub(crate) unsafe fn store_state_tile(bk: &Blk, base: u64, at: usize, state: &[[f32; 4]; 16]) {
     for (nt, st) in state.iter().enumerate() {
         for pair in 0..2 {
             let e = at + state_index(bk.warp, bk.lane, nt, 2 * pair);
@@ -958,7 +1023,7 @@ unsafe fn stage_initial_k(prm: &ForwardParams, bk: &Blk) {
 /// trapezoidal weight of the token before the first (the chunked keys carry it one token ahead,
 /// and no key of this call precedes token 0); [`add_initial_trapezoid`] adds that term.
 #[inline(always)]
-unsafe fn load_initial_state(
+pub(crate) unsafe fn load_initial_state<X: Elem, G: Regions>(
     prm: &ForwardParams,
     bk: &Blk,
     state: &mut [[f32; 4]; 16],
@@ -968,19 +1033,19 @@ unsafe fn load_initial_state(
     // scalars of the launch contract, and the THETA region.
     unsafe {
         *state = load_state_tile(bk, prm.init_ssm, bh * (P * N) as usize);
-        let eps = ldg(prm.dt, bk.row) * sigmoid_rcp(-Bf16::load(prm.trap, bk.row));
+        let eps = ldg(prm.dt, bk.row) * sigmoid_rcp(-X::load(prm.trap, bk.row));
         let p0 = 16 * bk.warp + bk.lane / 4;
         let mut u = [[0.0f32; R as usize]; 2];
         for (i, ur) in u.iter_mut().enumerate() {
             let p = (p0 + 8 * i as u32) as usize;
-            let v0 = eps * Bf16::load(prm.init_v, bh * P as usize + p);
+            let v0 = eps * X::load(prm.init_v, bh * P as usize + p);
             for (r, x) in ur.iter_mut().enumerate() {
                 *x = v0 * ldg(prm.mimo_v, (bk.h * R as usize + r) * P as usize + p);
             }
         }
         if bk.tid < NA {
             let theta = ldg(prm.init_theta, bh * NA as usize + bk.tid as usize) as f64;
-            st_shared_f64(bk.base + L::THETA + 8 * bk.tid, theta);
+            st_shared_f64(bk.base + G::THETA + 8 * bk.tid, theta);
         }
         u
     }
@@ -1057,7 +1122,7 @@ unsafe fn write_final_states(
 /// Writes this block's segment end state, angle total and decay into hand-off slot `slot` (the
 /// segment-state pass; the format of `chunked_forward`'s).
 #[inline(always)]
-unsafe fn store_segment_end(
+pub(crate) unsafe fn store_segment_end<G: Regions>(
     prm: &ForwardParams,
     bk: &Blk,
     slot: usize,
@@ -1069,7 +1134,7 @@ unsafe fn store_segment_end(
         store_state_tile(bk, prm.seg_state, slot * (P * N) as usize, state);
         if bk.tid < NA {
             let at = 2 * (slot * NA as usize + bk.tid as usize);
-            let (hi, lo) = split_f64(ld_shared_f64(bk.base + L::THETA + 8 * bk.tid));
+            let (hi, lo) = split_f64(ld_shared_f64(bk.base + G::THETA + 8 * bk.tid));
             stg(prm.seg_theta, at, hi);
             stg(prm.seg_theta, at + 1, lo);
         }
@@ -1127,7 +1192,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
     // SAFETY (whole body): the launch contract; phases are separated by block barriers.
     unsafe {
         let rp = rank_params(prm, &bk);
-        let cs_at = cs_source(&bk, half_split);
+        let cs_at = cs_source::<Bf16Regions>(&bk, half_split);
         if tid == 0 {
             st_shared_v4_f32(bk.base + L::IDENT, [1.0, 0.0, 1.0, 0.0]);
         }
@@ -1144,7 +1209,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
             stage_initial_k(prm, &bk);
         }
         commit_group();
-        let mut pf = prefetch(prm, &bk, t_begin, (t_end - t_begin).min(C));
+        let mut pf = prefetch::<Bf16>(prm, &bk, t_begin, (t_end - t_begin).min(C));
         let mut init_weights = [[0.0f32; R as usize]; 2];
         if !STATES_ONLY && seg > 0 {
             let slots = segments - 1;
@@ -1156,7 +1221,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
                 st_shared_f64(bk.base + L::THETA + 8 * tid, theta);
             }
         } else if init {
-            init_weights = load_initial_state(prm, &bk, &mut state);
+            init_weights = load_initial_state::<Bf16, Bf16Regions>(prm, &bk, &mut state);
         } else if tid < NA {
             st_shared_f64(bk.base + L::THETA + 8 * tid, 0.0);
         }
@@ -1168,7 +1233,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
 
         // Phase S1 of chunk c+1 runs at the end of chunk c, beside the state pass, so its f64
         // work fills the slots the tensor-core phase leaves idle and saves a barrier.
-        let mut s1 = phase_increments(&bk, (t_end - t_begin).min(C), &pf, 0);
+        let mut s1 = phase_increments::<Bf16Regions>(&bk, (t_end - t_begin).min(C), &pf, 0);
         sync_threads();
         let mut c0 = t_begin;
         let mut last_len = 1u32;
@@ -1177,11 +1242,11 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
         while c0 < t_end {
             let len = (t_end - c0).min(C);
             last_len = len;
-            phase_angles_weights::<STATES_ONLY>(&bk, len, s1.0, s1.1, bank);
+            phase_angles_weights::<Bf16Regions, STATES_ONLY>(&bk, len, s1.0, s1.1, bank);
             sync_threads();
             let next = c0 + C;
             if next < t_end {
-                pf = prefetch(prm, &bk, next, (t_end - next).min(C));
+                pf = prefetch::<Bf16>(prm, &bk, next, (t_end - next).min(C));
             }
             let full = (len == C) & !SHORT;
             match (half_split, full) {
@@ -1227,7 +1292,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
                 phase_state::<true>(&bk, len, bank, &mut state);
             }
             if next < t_end {
-                s1 = phase_increments(&bk, (t_end - next).min(C), &pf, bank ^ 1);
+                s1 = phase_increments::<Bf16Regions>(&bk, (t_end - next).min(C), &pf, bank ^ 1);
             }
             wait_group::<0>();
             sync_threads();
@@ -1236,7 +1301,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
         }
         if STATES_ONLY {
             let slot = (b * heads + h) * (segments - 1) + seg;
-            store_segment_end(prm, &bk, slot, decay, &state);
+            store_segment_end::<Bf16Regions>(prm, &bk, slot, decay, &state);
         } else if t_end == prm.seq_len && t_begin < t_end {
             // The shared-memory base re-derived here rather than kept alive through the loop
             // (ptxas spills that copy).

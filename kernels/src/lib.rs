@@ -18,6 +18,7 @@ pub mod decode_rows;
 pub mod decode_stream;
 pub mod chunked_forward;
 pub mod chunked_forward_mma;
+pub mod chunked_forward_tf32;
 pub mod elem;
 pub mod frag;
 pub mod geometry;
@@ -27,6 +28,7 @@ pub mod segment_state;
 pub mod smem;
 pub mod tile_mac;
 pub mod tile_mma;
+pub mod tf32x3;
 pub mod warp_reduce;
 pub mod warp_scan;
 
