@@ -774,23 +774,58 @@ pub(crate) fn norm_weights(prm: &ForwardParams, bk: &Blk, j: usize) -> [f32; 2] 
     }
 }
 
-/// Phase M2, second part: D, norm, gate, contraction (or prereduce) and the output stores.
-/// `!FULL` (the short-call kernel only) skips the 16-row tiles past the chunk's times.
+/// How a tensor-core kernel's epilogue reads its staged v and z rows and writes its outputs:
+/// bf16 words (this kernel) or f32 pairs (`chunked_forward_tf32`).
+pub(crate) trait EpilogueIo {
+    /// Bytes per element of the staged rows (each bank row holds P elements) and the output.
+    const ELEM: u32;
+    /// Offset of the z rows within a bank.
+    const Z: u32;
+    /// The two consecutive staged elements at shared address `addr`.
+    unsafe fn pair(addr: u32) -> [f32; 2];
+    /// Stores two consecutive output elements at element index `at` of `out`.
+    unsafe fn store(out: u64, at: usize, v: [f32; 2]);
+}
+
+/// This kernel's [`EpilogueIo`]: packed bf16 words.
+pub(crate) struct Bf16Io;
+
+impl EpilogueIo for Bf16Io {
+    const ELEM: u32 = 2;
+    const Z: u32 = 2048;
+    #[inline(always)]
+    unsafe fn pair(addr: u32) -> [f32; 2] {
+        // SAFETY: the caller's address is inside the bank.
+        let (a, b) = unpack(unsafe { ld_shared_u32(addr) });
+        [a, b]
+    }
+    #[inline(always)]
+    unsafe fn store(out: u64, at: usize, v: [f32; 2]) {
+        // SAFETY: the caller's index is inside the output (4-byte aligned: `at` is even).
+        unsafe { st_global_u32(out + 2 * at as u64, pack_bf16x2(v[0], v[1])) };
+    }
+}
+
+/// Phase M2, second part: D, norm, gate, contraction (or prereduce) and the output stores, the
+/// staged rows at `bank_at` and the norm's partial sums at `norm_at` (shared addresses) read and
+/// written through `Io`. `!FULL` (the short-call kernel only) skips the 16-row tiles past the
+/// chunk's times.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn phase_epilogue<const FULL: bool>(
+pub(crate) unsafe fn phase_epilogue<Io: EpilogueIo, const FULL: bool>(
     prm: &ForwardParams,
     bk: &Blk,
     c0: u32,
     len: u32,
-    bank: u32,
+    bank_at: u32,
+    norm_at: u32,
     y: &mut [[[f32; 4]; 2]; 4],
     cp: &ColumnParams,
 ) {
     let (w, lane) = (bk.warp, bk.lane);
     let (g, t4) = (lane / 4, lane % 4);
     let r = g % 4;
-    let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
+    let row_bytes = P * Io::ELEM;
     let has_z = prm.z != 0;
     let norm = prm.mode == output_mode::FUSED_NORM;
     let past = |mt: usize| !FULL && mt >= tiles::<FULL>(len) as usize;
@@ -806,7 +841,7 @@ unsafe fn phase_epilogue<const FULL: bool>(
                 let i = 4 * mt as u32 + g / 4 + 2 * half;
                 for (j, yj) in ym.iter_mut().enumerate() {
                     let col = 16 * w + 8 * j as u32 + 2 * t4;
-                    let (v0, v1) = unpack(ld_shared_u32(bank_at + 128 * i + 2 * col));
+                    let [v0, v1] = Io::pair(bank_at + row_bytes * i + Io::ELEM * col);
                     let s = 2 * half as usize;
                     yj[s] += v0 * cp.d_mimo_v[j][0];
                     yj[s + 1] += v1 * cp.d_mimo_v[j][1];
@@ -828,7 +863,7 @@ unsafe fn phase_epilogue<const FULL: bool>(
                     ss += shfl_xor_f32(ss, 2);
                     if t4 == 0 {
                         let row = 16 * mt as u32 + g + 8 * half as u32;
-                        st_shared_f32(bk.base + L::NORM + 4 * (64 * w + row), ss);
+                        st_shared_f32(norm_at + 4 * (64 * w + row), ss);
                     }
                 }
             }
@@ -841,7 +876,7 @@ unsafe fn phase_epilogue<const FULL: bool>(
                     let row = 16 * mt as u32 + g + 8 * half as u32;
                     let mut total = 0.0f32;
                     for ww in 0..4u32 {
-                        total += ld_shared_f32(bk.base + L::NORM + 4 * (64 * ww + row));
+                        total += ld_shared_f32(norm_at + 4 * (64 * ww + row));
                     }
                     let rstd = rsqrt(total / P as f32 + prm.norm_eps);
                     for (j, yj) in ym.iter_mut().enumerate() {
@@ -862,7 +897,7 @@ unsafe fn phase_epilogue<const FULL: bool>(
                     let i = 4 * mt as u32 + g / 4 + 2 * half;
                     for (j, yj) in ym.iter_mut().enumerate() {
                         let col = 16 * w + 8 * j as u32 + 2 * t4;
-                        let (z0, z1) = unpack(ld_shared_u32(bank_at + 2048 + 128 * i + 2 * col));
+                        let [z0, z1] = Io::pair(bank_at + Io::Z + row_bytes * i + Io::ELEM * col);
                         let s = 2 * half as usize;
                         yj[s] *= silu_rcp(z0 * cp.mimo_z[j][0]);
                         yj[s + 1] *= silu_rcp(z1 * cp.mimo_z[j][1]);
@@ -886,7 +921,7 @@ unsafe fn phase_epilogue<const FULL: bool>(
                                 + bk.h)
                                 * P as usize
                                 + col as usize;
-                            st_global_u32(prm.out + 2 * at as u64, pack_bf16x2(yj[s], yj[s + 1]));
+                            Io::store(prm.out, at, [yj[s], yj[s + 1]]);
                         }
                     }
                 }
@@ -923,7 +958,7 @@ unsafe fn phase_epilogue<const FULL: bool>(
                 if i < len {
                     let col = 16 * w + 8 * j as u32 + 2 * t4;
                     let at = ((tok0 + i as usize) * bk.heads + bk.h) * P as usize + col as usize;
-                    st_global_u32(prm.out + 2 * at as u64, pack_bf16x2(o[0], o[1]));
+                    Io::store(prm.out, at, o);
                 }
             }
         }
@@ -1280,10 +1315,16 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
                 } else {
                     phase_intra::<false>(&bk, len, &mut y);
                 }
+                let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
+                let norm_at = bk.base + L::NORM;
                 if SHORT {
-                    phase_epilogue::<false>(prm, &bk, c0, len, bank, &mut y, &cp);
+                    phase_epilogue::<Bf16Io, false>(
+                        prm, &bk, c0, len, bank_at, norm_at, &mut y, &cp,
+                    );
                 } else {
-                    phase_epilogue::<true>(prm, &bk, c0, len, bank, &mut y, &cp);
+                    phase_epilogue::<Bf16Io, true>(
+                        prm, &bk, c0, len, bank_at, norm_at, &mut y, &cp,
+                    );
                 }
             }
             if SHORT {

@@ -35,23 +35,21 @@
 //! As [`crate::chunked_forward_mma`]'s, with f32 activations and dynamic shared memory
 //! [`forward_tf32_smem::BYTES`].
 
-use mamba3_abi::{forward_tf32_smem as L, output_mode, rotation, ForwardParams};
+use mamba3_abi::{forward_tf32_smem as L, rotation, ForwardParams};
 
 use crate::angles::{rotate_pair, stored_f32};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
     block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_v2_f32, ld_shared_v4_f32, opaque_u32,
-    shfl_xor_f32, smem_base, smem_base_fresh, st_shared_f32, st_shared_v2_f32, st_shared_v4_f32,
-    sync_threads, thread_x,
+    smem_base, smem_base_fresh, st_shared_v2_f32, st_shared_v4_f32, sync_threads, thread_x,
 };
 use crate::chunked_forward_mma::{
-    column_params, cs_source, load_initial_state, load_state_tile, norm_weights,
-    phase_angles_weights, phase_increments, prefetch, rank_params, scal_in, store_segment_end,
-    store_state_tile, Blk, Regions, S_EXPA, S_KSCALE,
+    column_params, cs_source, load_initial_state, load_state_tile, phase_angles_weights,
+    phase_epilogue, phase_increments, prefetch, rank_params, scal_in, store_segment_end,
+    store_state_tile, Blk, EpilogueIo, Regions, S_EXPA, S_KSCALE,
 };
 use crate::elem::{ldg, stg};
-use crate::math::{rsqrt, silu_rcp};
 use crate::smem::{ld_shared_f64, st_shared_f64};
 use crate::tf32x3::{mma3_add, split, Split};
 
@@ -423,139 +421,24 @@ unsafe fn phase_intra(bk: &Blk, bank: u32, mv: [f32; 2], y: &mut [[[f32; 4]; 2];
     }
 }
 
-/// Phase M2, second part: D, norm, gate, contraction (or prereduce) and the output stores.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn phase_epilogue(
-    prm: &ForwardParams,
-    bk: &Blk,
-    c0: u32,
-    len: u32,
-    bank: u32,
-    y: &mut [[[f32; 4]; 2]; 4],
-) {
-    // Read here every chunk (L1 hits) rather than held in registers across the chunk loop.
-    // SAFETY: the launch contract.
-    let cp = unsafe { column_params(prm, bk) };
-    let (w, lane) = (bk.warp, bk.lane);
-    let (g, t4) = (lane / 4, lane % 4);
-    let r = g % 4;
-    let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
-    // SAFETY (whole body): bank rows < 16, NORM addresses inside the layout; output indices of
-    // times < len inside the output tensor.
-    unsafe {
-        // The lane's (time, column pair) of accumulator slot pair `half` of row tile mt, column
-        // tile j: time 4mt + g/4 + 2·half, columns 16w + 8j + 2t4 (+1).
-        let bank_pair = |mt: usize, half: u32, j: usize, off: u32| {
-            let i = 4 * mt as u32 + g / 4 + 2 * half;
-            let col = 16 * w + 8 * j as u32 + 2 * t4;
-            ld_shared_v2_f32(bank_at + off + 256 * i + 4 * col)
-        };
-        for (mt, ym) in y.iter_mut().enumerate() {
-            for half in 0..2u32 {
-                for (j, yj) in ym.iter_mut().enumerate() {
-                    let [v0, v1] = bank_pair(mt, half, j, 0);
-                    let s = 2 * half as usize;
-                    yj[s] += v0 * cp.d_mimo_v[j][0];
-                    yj[s + 1] += v1 * cp.d_mimo_v[j][1];
-                }
-            }
-        }
-        if prm.mode == output_mode::FUSED_NORM {
-            for (mt, ym) in y.iter().enumerate() {
-                for half in 0..2usize {
-                    let s = 2 * half;
-                    let mut ss = 0.0f32;
-                    for yj in ym.iter() {
-                        ss += yj[s] * yj[s] + yj[s + 1] * yj[s + 1];
-                    }
-                    ss += shfl_xor_f32(ss, 1);
-                    ss += shfl_xor_f32(ss, 2);
-                    if t4 == 0 {
-                        let row = 16 * mt as u32 + g + 8 * half as u32;
-                        st_shared_f32(bk.base + L::NORM + 4 * (64 * w + row), ss);
-                    }
-                }
-            }
-            sync_threads();
-            for (mt, ym) in y.iter_mut().enumerate() {
-                for half in 0..2usize {
-                    let row = 16 * mt as u32 + g + 8 * half as u32;
-                    let mut total = 0.0f32;
-                    for ww in 0..4u32 {
-                        total += ld_shared_f32(bk.base + L::NORM + 4 * (64 * ww + row));
-                    }
-                    let rstd = rsqrt(total / P as f32 + prm.norm_eps);
-                    for (j, yj) in ym.iter_mut().enumerate() {
-                        let nw = norm_weights(prm, bk, j);
-                        yj[2 * half] *= rstd * nw[0];
-                        yj[2 * half + 1] *= rstd * nw[1];
-                    }
-                }
-            }
-        }
-        if prm.z != 0 {
-            for (mt, ym) in y.iter_mut().enumerate() {
-                for half in 0..2u32 {
-                    for (j, yj) in ym.iter_mut().enumerate() {
-                        let [z0, z1] = bank_pair(mt, half, j, 4096);
-                        let s = 2 * half as usize;
-                        yj[s] *= silu_rcp(z0 * cp.mimo_z[j][0]);
-                        yj[s + 1] *= silu_rcp(z1 * cp.mimo_z[j][1]);
-                    }
-                }
-            }
-        }
-        let tok0 = bk.b * bk.s_len + c0 as usize;
-        if prm.mode == output_mode::PREREDUCE {
-            for (mt, ym) in y.iter().enumerate() {
-                for half in 0..2u32 {
-                    let i = 4 * mt as u32 + g / 4 + 2 * half;
-                    if i < len {
-                        for (j, yj) in ym.iter().enumerate() {
-                            let col = 16 * w + 8 * j as u32 + 2 * t4;
-                            let s = 2 * half as usize;
-                            let at = (((tok0 + i as usize) * R as usize + r as usize) * bk.heads
-                                + bk.h)
-                                * P as usize
-                                + col as usize;
-                            stg(prm.out, at, yj[s]);
-                            stg(prm.out, at + 1, yj[s + 1]);
-                        }
-                    }
-                }
-            }
-        } else {
-            // Σ_r y_r·mimo_o_r over the four rank lanes as a reduce-scatter, as in
-            // `chunked_forward_mma::phase_epilogue` (selects, never register-array indices).
-            let (upper, odd) = (r >> 1 == 1, r & 1 == 1);
-            for (mt, ym) in y.iter().enumerate() {
-                let mut by_j = [[0.0f32; 2]; 2];
-                for (jj, yj) in ym.iter().enumerate() {
-                    for e in 0..2 {
-                        let (lo, hi) = (yj[e] * cp.mimo_o[jj][e], yj[2 + e] * cp.mimo_o[jj][e]);
-                        let (keep, send) = if upper { (hi, lo) } else { (lo, hi) };
-                        by_j[jj][e] = keep + shfl_xor_f32(send, 8);
-                    }
-                }
-                let mut o = [0.0f32; 2];
-                for (e, oe) in o.iter_mut().enumerate() {
-                    let (keep, send) = if odd {
-                        (by_j[1][e], by_j[0][e])
-                    } else {
-                        (by_j[0][e], by_j[1][e])
-                    };
-                    *oe = keep + shfl_xor_f32(send, 4);
-                }
-                let (half, j) = (r >> 1, r & 1);
-                let i = 4 * mt as u32 + g / 4 + 2 * half;
-                if i < len {
-                    let col = 16 * w + 8 * j + 2 * t4;
-                    let at = ((tok0 + i as usize) * bk.heads + bk.h) * P as usize + col as usize;
-                    stg(prm.out, at, o[0]);
-                    stg(prm.out, at + 1, o[1]);
-                }
-            }
+/// This kernel's `EpilogueIo`: f32 pairs.
+struct F32Io;
+
+impl EpilogueIo for F32Io {
+    const ELEM: u32 = 4;
+    const Z: u32 = 4096;
+    #[inline(always)]
+    unsafe fn pair(addr: u32) -> [f32; 2] {
+        // SAFETY: the caller's address is inside the bank (8-byte aligned: even columns).
+        unsafe { ld_shared_v2_f32(addr) }
+    }
+    #[inline(always)]
+    unsafe fn store(out: u64, at: usize, v: [f32; 2]) {
+        // SAFETY: the caller's index is inside the output. Two stores: the output view is only
+        // 4-byte aligned.
+        unsafe {
+            stg(out, at, v[0]);
+            stg(out, at + 1, v[1]);
         }
     }
 }
@@ -796,7 +679,20 @@ pub unsafe fn chunked_forward_tf32<const STATES_ONLY: bool>(prm: &ForwardParams)
             }
             if !STATES_ONLY {
                 phase_intra(&bk, bank, mv, &mut y);
-                phase_epilogue(prm, &bk, c0, len, bank, &mut y);
+                // The column parameters read here every chunk (L1 hits) rather than held in
+                // registers across the chunk loop.
+                let cp = column_params(prm, &bk);
+                let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
+                phase_epilogue::<F32Io, true>(
+                    prm,
+                    &bk,
+                    c0,
+                    len,
+                    bank_at,
+                    bk.base + L::NORM,
+                    &mut y,
+                    &cp,
+                );
             }
             wait_group::<0>();
             sync_threads();
