@@ -611,29 +611,33 @@ fn emulated_tensor_core_kernel_matches_golden() {
             opts(Pairwise, FusedNorm, true, true),
         ),
     ];
-    let mut worst = 0.0f64;
-    let mut worst_f32 = 0.0f64;
-    for (i, (g, o)) in cases.into_iter().enumerate() {
-        // The f32 kernel (three-pass TF32) on the same geometries, whole and split; the split's
-        // segment-state pass is its own instantiation.
-        let case = Case {
-            geo: g,
-            chunk: 16,
-            opts: o,
-            bf16: false,
-        };
-        let seed = 350 + i as u64;
-        worst_f32 = worst_f32.max(check_forward(&case, seed, true, 1, Forward::TensorCore));
-        if g.seq_len > 16 {
-            let segments = g.seq_len.div_ceil(16).min(3);
-            worst_f32 = worst_f32.max(check_forward(
-                &case,
+    // The tensor-core kernel of the case's dtype whole and, past one chunk, split (its
+    // segment-state pass is its own instantiation).
+    let whole_and_split = |case: &Case, seed: u64| -> f64 {
+        let mut worst = check_forward(case, seed, true, 1, Forward::TensorCore);
+        if case.geo.seq_len > 16 {
+            let segments = case.geo.seq_len.div_ceil(16).min(3);
+            worst = worst.max(check_forward(
+                case,
                 seed,
                 true,
                 segments,
                 Forward::TensorCore,
             ));
         }
+        worst
+    };
+    let mut worst = 0.0f64;
+    let mut worst_f32 = 0.0f64;
+    for (i, (g, o)) in cases.into_iter().enumerate() {
+        // The f32 kernel (three-pass TF32) on the same geometries.
+        let case = Case {
+            geo: g,
+            chunk: 16,
+            opts: o,
+            bf16: false,
+        };
+        worst_f32 = worst_f32.max(whole_and_split(&case, 350 + i as u64));
         let case = Case {
             geo: g,
             chunk: 16,
@@ -641,7 +645,7 @@ fn emulated_tensor_core_kernel_matches_golden() {
             bf16: true,
         };
         let seed = 300 + i as u64;
-        worst = worst.max(check_forward(&case, seed, true, 1, Forward::TensorCore));
+        worst = worst.max(whole_and_split(&case, seed));
         if i == 0 {
             // The short-call kernel over full chunks and a tail (correct for any call).
             worst = worst.max(check_forward(
@@ -650,16 +654,6 @@ fn emulated_tensor_core_kernel_matches_golden() {
                 true,
                 1,
                 Forward::TensorCoreShort,
-            ));
-        }
-        if g.seq_len > 16 {
-            let segments = g.seq_len.div_ceil(16).min(3);
-            worst = worst.max(check_forward(
-                &case,
-                seed,
-                true,
-                segments,
-                Forward::TensorCore,
             ));
         }
     }
