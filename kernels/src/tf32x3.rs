@@ -54,3 +54,19 @@ pub fn mma3_add(acc: &mut [f32; 4], a: &Split<4>, b: &Split<2>) {
         acc[i] += t[i];
     }
 }
+
+/// `acc += A₀·B₀ + A₁·B₁` as two [`mma3`] summed in one fresh accumulator (see [`mma3_add`]):
+/// two depth steps per round-to-nearest add, half the adds and zeroings of [`mma3_add`] for
+/// twice the truncated passes per fresh sum.
+#[inline(always)]
+pub fn mma3_add_pair(acc: &mut [f32; 4], a: [&Split<4>; 2], b: [&Split<2>; 2]) {
+    let mut t = [0.0f32; 4];
+    for i in 0..4 {
+        t[i] = acc[i] * 0.0;
+    }
+    mma3(&mut t, a[0], b[0]);
+    mma3(&mut t, a[1], b[1]);
+    for i in 0..4 {
+        acc[i] += t[i];
+    }
+}
