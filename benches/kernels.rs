@@ -211,9 +211,13 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
         graph_replay_floor_us(gpu, stream)
     );
     // T = 3 and 4 locate the crossover to the chunked path (`decode::CHUNKED_MIN_TOKENS`).
-    bench_decode_dtype::<bf16>(gpu, stream, &weights, &[1, 3, 4, 8], &mut rng);
-    // f32 activations at T = 8: the chunked path runs `chunked_forward` (no tensor cores) there.
-    bench_decode_dtype::<f32>(gpu, stream, &weights, &[8], &mut rng);
+    if dtype_selected("bf16") {
+        bench_decode_dtype::<bf16>(gpu, stream, &weights, &[1, 3, 4, 8], &mut rng);
+    }
+    // f32 activations at T = 3, 4 and 8: the chunked path (pinned) runs the TF32 forward there.
+    if dtype_selected("f32") {
+        bench_decode_dtype::<f32>(gpu, stream, &weights, &[3, 4, 8], &mut rng);
+    }
 }
 
 /// The decode table for activations `X` over `token_counts` (see [`bench_decode`]); upstream's
@@ -623,8 +627,8 @@ fn auto_only() -> bool {
     std::env::var("MAMBA3_BENCH_AUTO_ONLY").is_ok_and(|v| v == "1")
 }
 
-/// Whether `MAMBA3_BENCH_DTYPE` (unset: both) selects this activation dtype of the forward
-/// table.
+/// Whether `MAMBA3_BENCH_DTYPE` (unset: both) selects this activation dtype of the forward and
+/// decode tables.
 fn dtype_selected(dtype: &str) -> bool {
     std::env::var("MAMBA3_BENCH_DTYPE").map_or(true, |d| d == dtype)
 }
