@@ -9,7 +9,8 @@
 //! rows with coalesced `ld.global.v4` (all in flight at once, no shared-memory round trip) before
 //! anything else, keeps them in registers for every token of the call and stores them after the
 //! last update; the first token's inputs and the staging of this head's biases and per-row
-//! parameters go out with them, so the first token waits for one memory latency. Per token the
+//! parameters go out with them, so the first token waits for two memory latencies (the second:
+//! the row parameters' loads, which ptxas places behind the k̂_prev store). Per token the
 //! block issues all its global loads before its first barrier and computes, once, the angles (one
 //! `sincos` per angle, shared by q and k of every rank), the rotated q̂ and k̂ and the per-row
 //! weights into shared memory; every lane then reads its own quad of k̂_prev, k̂ and q̂ of every
@@ -59,16 +60,31 @@ const MAX_ROWS: usize = 4;
 /// Room for the rotation items (rank, pair) of a thread: `R·N/2 ≤ R·64`, at most 2 per thread.
 const ROT_ITEMS: usize = 2;
 
-/// One token's global inputs of a thread (see `load_token` in [`decode_rows`]).
-#[derive(Default)]
-struct TokenInputs {
+/// One token's global inputs of a thread (see `load_token` in [`decode_rows`]); activations as
+/// loaded ([`Elem::load_raw`]), converted where they are used, so that a warp does not wait for
+/// the first token's loads before it has issued the setup's.
+struct TokenInputs<X: Elem> {
     dt: f32,
     adt: f32,
-    trap: f32,
+    trap: X::Raw,
     logit: f32,
-    rot: [[f32; 4]; ROT_ITEMS],
-    v: [f32; 2],
-    z: f32,
+    rot: [[X::Raw; 4]; ROT_ITEMS],
+    v: [X::Raw; 2],
+    z: X::Raw,
+}
+
+impl<X: Elem> Default for TokenInputs<X> {
+    fn default() -> Self {
+        TokenInputs {
+            dt: 0.0,
+            adt: 0.0,
+            trap: X::Raw::default(),
+            logit: 0.0,
+            rot: [[X::Raw::default(); 4]; ROT_ITEMS],
+            v: [X::Raw::default(); 2],
+            z: X::Raw::default(),
+        }
+    }
 }
 
 /// Rotation items per thread at rank `r`: `⌈r·64 / THREADS⌉`.
@@ -119,9 +135,12 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
     // SAFETY (whole body): indices stay inside the shapes of the launch contract; shared offsets
     // inside `lay`; barriers are reached by every thread (no early return); shuffles by whole warps.
     unsafe {
-        // The state rows, the first token's inputs and the setup's loads all go out before the
-        // first shared-memory store (a store of a loaded value stalls the warp until it lands, and
-        // every later load behind it): one memory latency before the first token. Each later
+        // The state rows, the first token's inputs and the setup's loads go out before the first
+        // shared-memory store (a store of a loaded value stalls the warp until it lands, and every
+        // later load behind it); the first token's activations stay raw until they are used (a
+        // bf16 widening right after its load was such a wait, ahead of the state loads). In the
+        // SASS the k̂_prev store still lands ahead of the row parameters' loads (ptxas hoists it
+        // out of the loop body), so the first token waits for two memory latencies. Each later
         // token's prologue issues all of its own loads before its first barrier.
         // --- The warp's state rows, all loads in flight at once ---
         let mut state = [[0.0f32; 4]; MAX_ROWS];
@@ -144,18 +163,15 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         // Token `t`'s global inputs for thread `tid`: the scalars, the angle logit, raw q and k of
         // its rotation items, and raw v (current and previous token) and z of its (row, rank)
         // item (`row_items ≤ 32·8 = THREADS`, so a thread has at most one item).
-        let load_token = |t: u32, tid: u32| -> TokenInputs {
+        let load_token = |t: u32, tid: u32| -> TokenInputs<X> {
             let scalar = bh * tokens + t;
             let token_hp = ((b * tokens + t) * heads + h) * p;
             let angle = THREADS - 1 - tid;
-            let mut inp = TokenInputs {
+            let mut inp = TokenInputs::<X> {
                 dt: ld_global_nc_f32(gf(prm.dt, scalar)),
                 adt: ld_global_nc_f32(gf(prm.adt, scalar)),
-                trap: X::load(prm.trap, scalar as usize),
-                logit: 0.0,
-                rot: [[0.0; 4]; ROT_ITEMS],
-                v: [0.0; 2],
-                z: 0.0,
+                trap: X::load_raw(prm.trap, scalar as usize),
+                ..TokenInputs::default()
             };
             if angle < na {
                 inp.logit = ld_global_nc_f32(gf(prm.angles, ((b * tokens + t) * heads + h) * na + angle));
@@ -165,24 +181,24 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 if valid {
                     let qk_row = (((b * tokens + t) * r_count + r) * prm.groups + group) * n;
                     *v4 = [
-                        X::load(prm.q, (qk_row + n0) as usize),
-                        X::load(prm.q, (qk_row + n1) as usize),
-                        X::load(prm.k, (qk_row + n0) as usize),
-                        X::load(prm.k, (qk_row + n1) as usize),
+                        X::load_raw(prm.q, (qk_row + n0) as usize),
+                        X::load_raw(prm.q, (qk_row + n1) as usize),
+                        X::load_raw(prm.k, (qk_row + n0) as usize),
+                        X::load_raw(prm.k, (qk_row + n1) as usize),
                     ];
                 }
             }
             if tid < row_items {
                 let (item_i, item_r) = (tid / r_count, tid % r_count);
                 let item_row = first_row + item_i;
-                inp.v[0] = X::load(prm.v, (token_hp + item_row) as usize);
+                inp.v[0] = X::load_raw(prm.v, (token_hp + item_row) as usize);
                 inp.v[1] = if t == 0 {
-                    X::load(prm.v_state, (bh * p + item_row) as usize)
+                    X::load_raw(prm.v_state, (bh * p + item_row) as usize)
                 } else {
-                    X::load(prm.v, (token_hp - heads * p + item_row) as usize)
+                    X::load_raw(prm.v, (token_hp - heads * p + item_row) as usize)
                 };
                 if has_z && item_r == 0 {
-                    inp.z = X::load(prm.z, (token_hp + item_row) as usize);
+                    inp.z = X::load_raw(prm.z, (token_hp + item_row) as usize);
                 }
             }
             inp
@@ -198,7 +214,7 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         let angle = THREADS - 1 - tid;
         let mut theta = if angle < na { ld_global_f32(gf(prm.theta, bh * na + angle)) as f64 } else { 0.0 };
         let (p_mimo_v, p_mimo_z, p_out_w) = (lay.row_params, lay.row_params + row_items, lay.row_params + 2 * row_items);
-        // The setup costs one memory latency: this head's biases (contiguous `(R,N)` f32 blocks)
+        // The setup's loads: this head's biases (contiguous `(R,N)` f32 blocks)
         // are copied by `cp.async` in 16-byte units; k̂_prev (a quad of columns per item) and the
         // per-row parameters (mimo_v, mimo_z, mimo_o·norm weight of one (row, rank) per item)
         // are loaded into registers, all before the shared-memory stores of a round.
@@ -267,6 +283,8 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 inp = load_token(t, tid);
             }
             let TokenInputs { dt, adt, trap, logit, rot, v: item_v, z } = inp;
+            let (trap, z) = (X::widen(trap), X::widen(z));
+            let item_v = [X::widen(item_v[0]), X::widen(item_v[1])];
             let angle = THREADS - 1 - tid;
             let (item_i, item_r) = (tid / r_count, tid % r_count);
             if tid < row_items && item_r == 0 {
@@ -317,7 +335,7 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                         (0.0, 1.0)
                     };
                     let bias = |v: u32, col: u32| ld_shared_f32(at(sm, lay.bias + v * k_stride, r * n + col));
-                    let [q0, q1, k0, k1] = *v4;
+                    let [q0, q1, k0, k1] = [X::widen(v4[0]), X::widen(v4[1]), X::widen(v4[2]), X::widen(v4[3])];
                     let (q0, q1) = (q0 + bias(0, n0), q1 + bias(0, n1));
                     let (k0, k1) = (k0 + bias(1, n0), k1 + bias(1, n1));
                     st_shared_f32(at(sm, lay.q_rot, r * n + n0), q0 * c - q1 * s);

@@ -34,6 +34,16 @@ pub trait Elem: Copy {
     unsafe fn load4_raw(base: u64, i: usize) -> Self::Raw4;
     /// The f32 values of four elements loaded by [`Elem::load4_raw`].
     fn widen4(raw: Self::Raw4) -> [f32; 4];
+    /// One element as loaded, before its conversion to f32.
+    type Raw: Copy + Default;
+    /// Loads element `i` of `base`, unconverted ([`Elem::widen`] converts it): a load whose
+    /// value is converted only where it is used, so the warp does not wait for it right away.
+    ///
+    /// # Safety
+    /// As [`Elem::load`].
+    unsafe fn load_raw(base: u64, i: usize) -> Self::Raw;
+    /// The f32 value of an element loaded by [`Elem::load_raw`].
+    fn widen(raw: Self::Raw) -> f32;
 }
 
 /// Loads f32 element `i` of a global f32 tensor (parameters, scalars, workspaces).
@@ -88,6 +98,16 @@ impl Elem for f32 {
     fn widen4(raw: [f32; 4]) -> [f32; 4] {
         raw
     }
+    type Raw = f32;
+    #[inline(always)]
+    unsafe fn load_raw(base: u64, i: usize) -> f32 {
+        // SAFETY: forwarded to the caller.
+        unsafe { Self::load(base, i) }
+    }
+    #[inline(always)]
+    fn widen(raw: f32) -> f32 {
+        raw
+    }
 }
 
 impl Elem for Bf16 {
@@ -95,8 +115,7 @@ impl Elem for Bf16 {
     #[inline(always)]
     unsafe fn load(base: u64, i: usize) -> f32 {
         // SAFETY: forwarded to the caller.
-        let bits = unsafe { *(base as *const u16).add(i) };
-        f32::from_bits((bits as u32) << 16)
+        Self::widen(unsafe { Self::load_raw(base, i) })
     }
     #[inline(always)]
     unsafe fn store(base: u64, i: usize, value: f32) {
@@ -123,5 +142,16 @@ impl Elem for Bf16 {
             f32::from_bits(hi << 16),
             f32::from_bits(hi & 0xffff_0000),
         ]
+    }
+    /// The bit pattern, zero-extended.
+    type Raw = u32;
+    #[inline(always)]
+    unsafe fn load_raw(base: u64, i: usize) -> u32 {
+        // SAFETY: forwarded to the caller.
+        (unsafe { *(base as *const u16).add(i) }) as u32
+    }
+    #[inline(always)]
+    fn widen(raw: u32) -> f32 {
+        f32::from_bits(raw << 16)
     }
 }

@@ -548,6 +548,10 @@ pub mod elem {
         type Raw4: Copy + Default;
         unsafe fn load4_raw(base: u64, i: usize) -> Self::Raw4;
         fn widen4(raw: Self::Raw4) -> [f32; 4];
+        /// One element as loaded: already f32 here (the device keeps the bf16 word).
+        type Raw: Copy + Default;
+        unsafe fn load_raw(base: u64, i: usize) -> Self::Raw;
+        fn widen(raw: Self::Raw) -> f32;
         unsafe fn load(base: u64, i: usize) -> f32;
         unsafe fn store(base: u64, i: usize, value: f32);
         /// Four scalar loads, after checking the device's alignment contract (four elements).
@@ -586,6 +590,13 @@ pub mod elem {
         fn widen4(raw: [f32; 4]) -> [f32; 4] {
             raw
         }
+        type Raw = f32;
+        unsafe fn load_raw(base: u64, i: usize) -> f32 {
+            unsafe { Self::load(base, i) }
+        }
+        fn widen(raw: f32) -> f32 {
+            raw
+        }
         const BYTES: u32 = 4;
         unsafe fn load(base: u64, i: usize) -> f32 {
             super::check_global(base, i, 4, false);
@@ -603,6 +614,13 @@ pub mod elem {
             unsafe { Self::load4(base, i) }
         }
         fn widen4(raw: [f32; 4]) -> [f32; 4] {
+            raw
+        }
+        type Raw = f32;
+        unsafe fn load_raw(base: u64, i: usize) -> f32 {
+            unsafe { Self::load(base, i) }
+        }
+        fn widen(raw: f32) -> f32 {
             raw
         }
         const BYTES: u32 = 2;
