@@ -9,8 +9,9 @@
 //! rows with coalesced `ld.global.v4` (all in flight at once, no shared-memory round trip) before
 //! anything else, keeps them in registers for every token of the call and stores them after the
 //! last update; the first token's inputs and the staging of this head's biases and per-row
-//! parameters go out with them, so the first token waits for two memory latencies (the second:
-//! the row parameters' loads, which ptxas places behind the k̂_prev store). Per token the
+//! parameters go out with them, so the first token waits for one memory latency (two in the
+//! general instantiations, where k̂_prev is a register load whose store ptxas places ahead of the
+//! row parameters' loads). Per token the
 //! block issues all its global loads before its first barrier and computes, once, the angles (one
 //! `sincos` per angle, shared by q and k of every rank), the rotated q̂ and k̂ and the per-row
 //! weights into shared memory; every lane then reads its own quad of k̂_prev, k̂ and q̂ of every
@@ -36,14 +37,14 @@ use mamba3_abi::{
 };
 
 use crate::smem::at;
-use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
+use crate::arch::cp_async::{commit_group, cp_async_ca_8, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
     atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_u32,
     st_global_v4_f32,
 };
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32, sync_threads,
+    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32, sync_threads,
     thread_x,
 };
 use crate::elem::Elem;
@@ -138,10 +139,9 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         // The state rows, the first token's inputs and the setup's loads go out before the first
         // shared-memory store (a store of a loaded value stalls the warp until it lands, and every
         // later load behind it); the first token's activations stay raw until they are used (a
-        // bf16 widening right after its load was such a wait, ahead of the state loads). In the
-        // SASS the k̂_prev store still lands ahead of the row parameters' loads (ptxas hoists it
-        // out of the loop body), so the first token waits for two memory latencies. Each later
-        // token's prologue issues all of its own loads before its first barrier.
+        // bf16 widening right after its load was such a wait, ahead of the state loads), and
+        // k̂_prev comes by `cp.async` in the fixed instantiations (below). Each later token's
+        // prologue issues all of its own loads before its first barrier.
         // --- The warp's state rows, all loads in flight at once ---
         let mut state = [[0.0f32; 4]; MAX_ROWS];
         let rows_cap = decode_rows_max_per_warp(r_count) as usize;
@@ -219,6 +219,10 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         // per-row parameters (mimo_v, mimo_z, mimo_o·norm weight of one (row, rank) per item)
         // are loaded into registers, all before the shared-memory stores of a round.
         let quads = k_stride / 4;
+        // k̂_prev by `cp.async` in the fixed-geometry instantiations (the batch-1 kernels, one
+        // memory latency fewer); the general ones load it into registers (the widening step
+        // pushed the rank-2 and rank-4 kernels over their register cap).
+        let kprev_async = G::DIMS.is_some();
         let mut u = tid;
         while u < 2 * quads {
             let (region, src) = if u < quads { (lay.bias, prm.q_bias) } else { (lay.bias + k_stride, prm.k_bias) };
@@ -226,17 +230,27 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             cp_async_cg_16(at(sm, region, e), gf(src, h * k_stride + e) as *const u8);
             u += THREADS;
         }
-        commit_group();
         let mut quad = tid;
         let mut item = tid;
         while quad < quads || item < row_items {
             let e = 4 * quad;
             let (r, c) = (e / n, e % n);
-            let k_prev = if quad < quads {
-                X::load4(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize)
+            let src = ((b * r_count + r) * heads + h) * n + c;
+            let k_prev = if quad < quads && !kprev_async {
+                X::load4(prm.k_state, src as usize)
             } else {
                 [0.0; 4]
             };
+            if quad < quads && kprev_async {
+                // k̂_prev by `cp.async` (no register load whose store ptxas would hoist, with its
+                // wait, above the row parameters' loads): f32 straight into its slot, bf16 words
+                // into the q̂ region, widened by the same thread after its `wait_group`.
+                if X::BYTES == 4 {
+                    cp_async_cg_16(at(sm, lay.k_rot, e), gf(prm.k_state, src) as *const u8);
+                } else {
+                    cp_async_ca_8(at(sm, lay.q_rot, e / 2), (prm.k_state + 2 * src as u64) as *const u8);
+                }
+            }
             let mut rp = [0.0f32, 0.0, 1.0, 1.0];
             if item < row_items {
                 let (ri, r) = (item / r_count, item % r_count);
@@ -252,7 +266,7 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                     rp[3] = ld_global_nc_f32(gf(prm.norm_weight, h * p + first_row + ri));
                 }
             }
-            if quad < quads {
+            if quad < quads && !kprev_async {
                 st_shared_v4_f32(at(sm, lay.k_rot, e), k_prev);
             }
             if item < row_items {
@@ -263,6 +277,7 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             quad += THREADS;
             item += THREADS;
         }
+        commit_group();
         let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
         let mut arrived = 0u32;
         // No barrier here: before the first token's barrier a thread reads only the row
@@ -314,6 +329,24 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 st_shared_f32(at(sm, lay.cos, angle), c);
             }
             wait_group::<0>();
+            if t == 0 && kprev_async && X::BYTES != 4 {
+                // This thread's bf16 k̂_prev words (copied by itself) into the f32 slot; the
+                // count formed here (held from the setup, it spilled in the general kernels).
+                let quads = opaque_u32(k_stride) / 4;
+                let mut quad = tid;
+                while quad < quads {
+                    let e = 4 * quad;
+                    let raw = [ld_shared_u32(at(sm, lay.q_rot, e / 2)), ld_shared_u32(at(sm, lay.q_rot, e / 2 + 1))];
+                    let wide = [
+                        f32::from_bits(raw[0] << 16),
+                        f32::from_bits(raw[0] & 0xffff_0000),
+                        f32::from_bits(raw[1] << 16),
+                        f32::from_bits(raw[1] & 0xffff_0000),
+                    ];
+                    st_shared_v4_f32(at(sm, lay.k_rot, e), wide);
+                    quad += THREADS;
+                }
+            }
             sync_threads();
             // Every thread of the block has read θ and k̂_prev (first token): arrive. The count
             // is read only at the end, so the atomic's latency hides behind the token's work; its

@@ -360,6 +360,16 @@ pub mod arch {
                 super::super::smem_write(dst + 4 * k, w);
             }
         }
+        pub unsafe fn cp_async_ca_8(dst: u32, src: *const u8) {
+            if !dst.is_multiple_of(8) || !(src as u64).is_multiple_of(8) {
+                super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
+            }
+            super::super::check_global(src as u64, 0, 8, false);
+            for k in 0..2u32 {
+                let w = unsafe { (src as *const u32).add(k as usize).read_unaligned() };
+                super::super::smem_write(dst + 4 * k, w);
+            }
+        }
         pub fn commit_group() {}
         pub fn wait_group<const PENDING: u32>() {}
     }

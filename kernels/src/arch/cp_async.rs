@@ -33,6 +33,22 @@ pub unsafe fn cp_async_cg_16_zfill(dst: u32, src: *const u8, src_size: u32) {
     };
 }
 
+/// `cp.async.ca.shared.global [dst], [src], 8;`: copies 8 bytes through L1 (`.cg` takes only
+/// 16-byte copies).
+///
+/// # Safety
+/// `dst` is an 8-byte aligned shared-space address inside the block's shared memory; `src` is an
+/// 8-byte aligned global pointer to 8 readable bytes. The data is visible only after
+/// [`wait_group`] (to this thread) and a barrier (to the others).
+#[inline(always)]
+pub unsafe fn cp_async_ca_8(dst: u32, src: *const u8) {
+    // SAFETY: the caller guarantees both addresses.
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 8;", d = in(reg32) dst, s = in(reg64) src,
+             options(nostack))
+    };
+}
+
 /// `cp.async.commit_group;`: closes the group of copies issued so far by this thread.
 #[inline(always)]
 pub fn commit_group() {
