@@ -350,25 +350,22 @@ pub mod arch {
                 ));
             }
         }
-        pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
-            if !dst.is_multiple_of(16) || !(src as u64).is_multiple_of(16) {
+        /// A copy of `bytes` (aligned to `bytes` at both ends), as one write of the issuer.
+        unsafe fn copy(dst: u32, src: *const u8, bytes: u32) {
+            if !dst.is_multiple_of(bytes) || !(src as u64).is_multiple_of(bytes as u64) {
                 super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
             }
-            super::super::check_global(src as u64, 0, 16, false);
-            for k in 0..4u32 {
+            super::super::check_global(src as u64, 0, bytes as usize, false);
+            for k in 0..bytes / 4 {
                 let w = unsafe { (src as *const u32).add(k as usize).read_unaligned() };
                 super::super::smem_write(dst + 4 * k, w);
             }
         }
+        pub unsafe fn cp_async_cg_16(dst: u32, src: *const u8) {
+            unsafe { copy(dst, src, 16) }
+        }
         pub unsafe fn cp_async_ca_8(dst: u32, src: *const u8) {
-            if !dst.is_multiple_of(8) || !(src as u64).is_multiple_of(8) {
-                super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
-            }
-            super::super::check_global(src as u64, 0, 8, false);
-            for k in 0..2u32 {
-                let w = unsafe { (src as *const u32).add(k as usize).read_unaligned() };
-                super::super::smem_write(dst + 4 * k, w);
-            }
+            unsafe { copy(dst, src, 8) }
         }
         pub fn commit_group() {}
         pub fn wait_group<const PENDING: u32>() {}
