@@ -1002,6 +1002,43 @@ pub(crate) fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
     (p * N + n) as usize
 }
 
+/// The state and θ entering the block's first chunk, shared by both tensor-core kernels: a later
+/// segment's from the segment-state slots (hand-off θ as an f32 pair), segment 0's from the
+/// caller's initial state when there is one (returning its trapezoidal weights, see
+/// [`load_initial_state`]), else zero. Every thread calls it; the caller waits for the copies
+/// and syncs before the state is used.
+///
+/// # Safety
+/// The launch contract of the calling kernel.
+#[inline(always)]
+pub(crate) unsafe fn entering_state<X: Elem, G: Regions, const STATES_ONLY: bool>(
+    prm: &ForwardParams,
+    bk: &Blk,
+    (seg, segments): (usize, usize),
+    init: bool,
+    state: &mut [[f32; 4]; 16],
+) -> [[f32; R as usize]; 2] {
+    let tid = bk.tid;
+    let mut init_weights = [[0.0f32; R as usize]; 2];
+    // SAFETY (whole body): slots and tiles inside the launch's workspaces and shared memory.
+    unsafe {
+        if !STATES_ONLY && seg > 0 {
+            let slot = (bk.b * bk.heads + bk.h) * (segments - 1) + seg - 1;
+            *state = load_state_tile(bk, prm.seg_state, slot * (P * N) as usize);
+            if tid < NA {
+                let at = 2 * (slot * NA as usize + tid as usize);
+                let theta = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
+                st_shared_f64(bk.base + G::THETA + 8 * tid, theta);
+            }
+        } else if init {
+            init_weights = load_initial_state::<X, G>(prm, bk, state);
+        } else if tid < NA {
+            st_shared_f64(bk.base + G::THETA + 8 * tid, 0.0);
+        }
+    }
+    init_weights
+}
+
 /// The block's state accumulators from the `(P,N)` f32 tile at element `at` of `base`, a pair
 /// of columns per 8-byte load (the tile and `base` 8-byte aligned: launch contract).
 #[inline(always)]
@@ -1245,21 +1282,13 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
         }
         commit_group();
         let mut pf = prefetch::<Bf16>(prm, &bk, t_begin, (t_end - t_begin).min(C));
-        let mut init_weights = [[0.0f32; R as usize]; 2];
-        if !STATES_ONLY && seg > 0 {
-            let slots = segments - 1;
-            let slot = (b * heads + h) * slots + seg - 1;
-            state = load_state_tile(&bk, prm.seg_state, slot * (P * N) as usize);
-            if tid < NA {
-                let at = 2 * (slot * NA as usize + tid as usize);
-                let theta = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
-                st_shared_f64(bk.base + L::THETA + 8 * tid, theta);
-            }
-        } else if init {
-            init_weights = load_initial_state::<Bf16, Bf16Regions>(prm, &bk, &mut state);
-        } else if tid < NA {
-            st_shared_f64(bk.base + L::THETA + 8 * tid, 0.0);
-        }
+        let init_weights = entering_state::<Bf16, Bf16Regions, STATES_ONLY>(
+            prm,
+            &bk,
+            (seg, segments),
+            init,
+            &mut state,
+        );
         wait_group::<0>();
         sync_threads();
         if init {

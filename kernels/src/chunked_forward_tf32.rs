@@ -48,12 +48,12 @@ use crate::arch::sreg::{
     smem_base, smem_base_fresh, st_shared_v2_f32, st_shared_v4_f32, sync_threads, thread_x,
 };
 use crate::chunked_forward_mma::{
-    column_params, cs_source, load_initial_state, load_state_tile, phase_angles_weights,
-    phase_epilogue, phase_increments, prefetch, rank_params, scal_in, store_segment_end,
-    store_state_tile, Blk, EpilogueIo, Regions, S_EXPA, S_KSCALE,
+    column_params, cs_source, entering_state, phase_angles_weights, phase_epilogue,
+    phase_increments, prefetch, rank_params, scal_in, store_segment_end, store_state_tile, Blk,
+    EpilogueIo, Regions, S_EXPA, S_KSCALE,
 };
 use crate::elem::{ldg, stg};
-use crate::smem::{ld_shared_f64, st_shared_f64};
+use crate::smem::ld_shared_f64;
 use crate::tf32x3::{mma3_add, mma3_add_pair, split, Split};
 
 const R: u32 = 4;
@@ -608,7 +608,7 @@ pub unsafe fn chunked_forward_tf32<const STATES_ONLY: bool>(prm: &ForwardParams)
     if STATES_ONLY && seg + 1 >= segments {
         return;
     }
-    let (b, h, heads, tid) = (bk.b, bk.h, bk.heads, bk.tid);
+    let (h, tid) = (bk.h, bk.tid);
     let half_split = prm.rotation == rotation::HALF_SPLIT;
     // SAFETY (whole body): the launch contract; phases are separated by block barriers.
     unsafe {
@@ -633,21 +633,13 @@ pub unsafe fn chunked_forward_tf32<const STATES_ONLY: bool>(prm: &ForwardParams)
         }
         commit_group();
         let mut pf = prefetch::<f32>(prm, &bk, t_begin, (t_end - t_begin).min(C));
-        let mut init_weights = [[0.0f32; R as usize]; 2];
-        if !STATES_ONLY && seg > 0 {
-            let slots = segments - 1;
-            let slot = (b * heads + h) * slots + seg - 1;
-            state = load_state_tile(&bk, prm.seg_state, slot * (P * N) as usize);
-            if tid < NA {
-                let at = 2 * (slot * NA as usize + tid as usize);
-                let theta = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
-                st_shared_f64(bk.base + L::THETA + 8 * tid, theta);
-            }
-        } else if init {
-            init_weights = load_initial_state::<f32, F32Regions>(prm, &bk, &mut state);
-        } else if tid < NA {
-            st_shared_f64(bk.base + L::THETA + 8 * tid, 0.0);
-        }
+        let init_weights = entering_state::<f32, F32Regions, STATES_ONLY>(
+            prm,
+            &bk,
+            (seg, segments),
+            init,
+            &mut state,
+        );
         wait_group::<0>();
         sync_threads();
         if init {
