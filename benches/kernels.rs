@@ -313,6 +313,12 @@ fn bench_decode_dtype<X: Activation>(
                 DecodePath::Streaming {
                     rows_per_warp: (stream_rows / 2).max(1),
                 },
+                // The split whose four warps of a block share the per-rank prologue.
+                DecodePath::Streaming {
+                    rows_per_warp: config
+                        .streaming_shared_prologue_rows()
+                        .unwrap_or(stream_rows),
+                },
                 DecodePath::RegisterResident {
                     rows_per_warp: config.rows_per_warp(sm),
                 },

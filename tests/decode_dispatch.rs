@@ -192,25 +192,40 @@ fn one_token_at_many_sequence_heads_streams() {
         reference(256).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
-    // Batch 4 (256 sequence-heads): 64 → 32 rows give 256, 512 warps; 16 rows (1024 warps)
-    // reach the target.
+    // Up to one wave of blocks (4 per SM: 528 on 132 SMs) the four warps of a block split one
+    // (b, h) and share its prologue: P = 64 in four ranges of 16 rows. Batch 4 (256
+    // sequence-heads), batch 3 (192) and batch 8 (512 blocks).
+    for batch in [3, 4, 8] {
+        assert_eq!(
+            reference(batch).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+            DecodePath::Streaming { rows_per_warp: 16 },
+            "batch {batch}"
+        );
+    }
+    assert_eq!(reference(8).streaming_shared_prologue_rows(), Some(16));
+    // P = 6 does not split into four ranges (2 rows a warp give three), P = 13 does (4 rows a
+    // warp, the last range one row).
+    let p = |head_dim| DecodeConfig {
+        head_dim,
+        ..reference(8)
+    };
+    assert_eq!(p(6).streaming_shared_prologue_rows(), None);
+    assert_eq!(p(13).streaming_shared_prologue_rows(), Some(4));
+    // Batches 1 and 2 (pinned: the register-resident kernel runs them) share the prologue too.
+    assert_eq!(reference(2).streaming_rows_per_warp(132), 16);
+    assert_eq!(reference(1).streaming_rows_per_warp(132), 16);
+    // Without the shared split the rows halve towards 4 warps per SM: P = 6 at batch 1 (64
+    // sequence-heads) stops at the floor of 4 rows (128 warps).
+    let one = DecodeConfig {
+        head_dim: 6,
+        ..reference(1)
+    };
+    assert_eq!(one.streaming_rows_per_warp(132), 4);
+    // Batch 8 on 100 SMs (512 blocks are more than one wave of 400): 64 rows give 512 warps,
+    // above the target of 400.
     assert_eq!(
-        reference(4).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
-        DecodePath::Streaming { rows_per_warp: 16 }
-    );
-    // Batch 3: 32 rows give 384 warps; 16 rows (768) reach the target.
-    assert_eq!(
-        reference(3).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
-        DecodePath::Streaming { rows_per_warp: 16 }
-    );
-    // Batch 2 (pinned): 16 rows give 512 warps, 8 rows 1024.
-    assert_eq!(reference(2).streaming_rows_per_warp(132), 8);
-    // Batch 1 (pinned): 4 rows (1024 warps) is also the floor.
-    assert_eq!(reference(1).streaming_rows_per_warp(132), 4);
-    // Batch 8: 64 rows give 512 warps; 32 rows 1024.
-    assert_eq!(
-        reference(8).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
-        DecodePath::Streaming { rows_per_warp: 32 }
+        reference(8).path::<half::bf16>(1, 100, H200_SHARED_MEMORY),
+        DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Batch 16: 64 rows give 1024 warps.
     assert_eq!(

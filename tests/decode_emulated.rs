@@ -631,6 +631,17 @@ fn emulated_streaming_decode_matches_golden_step() {
             case(8, 64, 24, 9, 1, HalfSplit, Prereduce, true, true, true),
             4,
         ),
+        // Rows split over exactly the four warps of a block: the warps share the per-rank
+        // prologue (R = 8: two ranks a warp; R = 2, 1: idle warps; a short last range).
+        (
+            case(8, 24, 40, 5, 1, HalfSplit, Gated, true, true, false),
+            10,
+        ),
+        (
+            case(2, 16, 13, 8, 1, Pairwise, Prereduce, true, false, true),
+            4,
+        ),
+        (case(1, 12, 8, 3, 1, HalfSplit, Gated, false, true, true), 2),
         // The fixed-geometry instantiation (R=4, N=128, P=64, Na=32).
         (
             case(4, 128, 64, 32, 1, HalfSplit, Gated, true, true, false),

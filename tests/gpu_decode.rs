@@ -357,11 +357,12 @@ fn streaming_decode_matches_golden_on_the_reference_geometry() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
     let mut worst = [Errors::default(); 2];
-    // Pinned row splits at batch 3: one warp per (b, h), two, and sixteen warps per (b, h)
-    // (arrival counters).
+    // Pinned row splits at batch 3: one warp per (b, h), two, four (the warps of a block share
+    // the prologue) and sixteen warps per (b, h) (arrival counters).
     let paths = [
         Some(DecodePath::Streaming { rows_per_warp: 64 }),
         Some(DecodePath::Streaming { rows_per_warp: 32 }),
+        Some(DecodePath::Streaming { rows_per_warp: 16 }),
         Some(DecodePath::Streaming { rows_per_warp: 4 }),
     ];
     for (i, path) in paths.into_iter().enumerate() {
@@ -478,24 +479,29 @@ fn arb_case() -> impl Strategy<Value = Case> {
 /// A random one-token geometry the streaming kernel covers (N a multiple of 4 up to 128, gated
 /// or prereduce), pinned to it with a random row split.
 fn arb_streaming_case() -> impl Strategy<Value = Case> {
-    (arb_case(), 1usize..=32, 1usize..=72).prop_map(|(case, quads, rows)| {
-        let n = 4 * quads;
-        let mode = if case.mode == OutputMode::FusedNorm {
-            OutputMode::Gated
-        } else {
-            case.mode
-        };
-        Case {
-            n,
-            na: case.na.min(n / 2),
-            tokens: 1,
-            mode,
-            path: Some(DecodePath::Streaming {
-                rows_per_warp: rows.min(case.p) as u32,
-            }),
-            ..case
-        }
-    })
+    // Half the cases split P into four ranges (the shared prologue where that gives exactly
+    // four warps a (b, h)).
+    (arb_case(), 1usize..=32, 1usize..=72, any::<bool>()).prop_map(
+        |(case, quads, rows, quarter)| {
+            let rows = if quarter { case.p.div_ceil(4) } else { rows };
+            let n = 4 * quads;
+            let mode = if case.mode == OutputMode::FusedNorm {
+                OutputMode::Gated
+            } else {
+                case.mode
+            };
+            Case {
+                n,
+                na: case.na.min(n / 2),
+                tokens: 1,
+                mode,
+                path: Some(DecodePath::Streaming {
+                    rows_per_warp: rows.min(case.p) as u32,
+                }),
+                ..case
+            }
+        },
+    )
 }
 
 proptest! {

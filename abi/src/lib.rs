@@ -128,8 +128,19 @@ pub const fn decode_rows_max_per_warp(rank: u32) -> u32 {
 /// 16-byte quad per lane.
 pub const DECODE_ROWS_MAX_N: u32 = 128;
 
-/// Warps per block of the streaming decode kernel (`decode_stream_*`); each warp works alone.
+/// Warps per block of the streaming decode kernel (`decode_stream_*`); each warp streams its rows
+/// alone (the four share the prologue when they split one (b, h), see the kernel module).
 pub const DECODE_STREAM_WARPS: u32 = 4;
+
+/// Blocks per SM the streaming decode kernel of rank `r` is built for (its launch bounds): four
+/// of [`DECODE_STREAM_WARPS`] warps (≤ 128 registers), two at rank 8 (twice the per-lane vectors).
+pub const fn decode_stream_blocks_per_sm(r: u32) -> u32 {
+    if r > 4 {
+        2
+    } else {
+        4
+    }
+}
 
 /// State rows one warp of the streaming decode kernel keeps in flight (copied into shared memory
 /// ahead of the row being updated).
@@ -435,17 +446,17 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
     LaunchBounds {
         prefix: "decode_stream_f32_r8",
         max_threads: 32 * DECODE_STREAM_WARPS,
-        min_blocks_per_sm: 2,
+        min_blocks_per_sm: decode_stream_blocks_per_sm(8),
     },
     LaunchBounds {
         prefix: "decode_stream_bf16_r8",
         max_threads: 32 * DECODE_STREAM_WARPS,
-        min_blocks_per_sm: 2,
+        min_blocks_per_sm: decode_stream_blocks_per_sm(8),
     },
     LaunchBounds {
         prefix: "decode_stream_",
         max_threads: 32 * DECODE_STREAM_WARPS,
-        min_blocks_per_sm: 4,
+        min_blocks_per_sm: decode_stream_blocks_per_sm(4),
     },
     // Decode at one token is bound by each block's chain of dependent loads, so throughput comes
     // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs three (≤ 168).

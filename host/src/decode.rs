@@ -20,9 +20,9 @@ use cudarc::driver::{
     CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    decode_rows_max_per_warp, DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem,
-    ForwardParams, DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS, DECODE_STREAM_MAX_N, DECODE_STREAM_WARPS,
-    DECODE_WARPS,
+    decode_rows_max_per_warp, decode_stream_blocks_per_sm, DecodeParams, DecodeRowsSmem,
+    DecodeSmem, DecodeStreamSmem, ForwardParams, DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS,
+    DECODE_STREAM_MAX_N, DECODE_STREAM_WARPS, DECODE_WARPS,
 };
 
 use crate::config::{Activation, Dtype, OutputMode, Rotation};
@@ -77,7 +77,8 @@ pub const STREAMING_MIN_SEQUENCE_HEADS: usize = REGISTER_RESIDENT_MAX_SEQUENCE_H
 /// µs against 8 rows 13.8; B = 8, 32 rows 17.6–17.8 against 16 rows 17.8–18.0; B = 3, 16 rows
 /// (768 warps) 11.3 against 8 rows 11.7; B = 2, 16 rows (512) 10.1 against 8 rows 10.3; B = 32,
 /// 64 rows (2048 warps) 51.1 against 32 rows 55.4. Halving stops below 32 rows at B = 4 (512
-/// warps: 13.4).
+/// warps: 13.4). (Figures of the tenth stop, before the shared prologue, which now takes the
+/// calls whose blocks fit one wave: see [`DecodeConfig::streaming_rows_per_warp`].)
 pub const STREAMING_WARPS_PER_SM: usize = 4;
 
 /// Fewest state rows a warp of the streaming kernel is given (each warp forms q̂ and k̂ of its
@@ -265,10 +266,23 @@ impl DecodeConfig {
             && self.mode != OutputMode::FusedNorm
     }
 
-    /// State rows per warp of the streaming kernel on a GPU of `sm_count` SMs: all of P (one warp
-    /// per (b, h)) when B·H warps reach [`STREAMING_WARPS_PER_SM`] per SM, else halved until they
-    /// do or a warp is down to [`STREAMING_MIN_ROWS_PER_WARP`] rows.
+    /// State rows per warp of the streaming kernel on a GPU of `sm_count` SMs: the split whose
+    /// four warps of a block share the per-rank prologue
+    /// ([`DecodeConfig::streaming_shared_prologue_rows`]) when its B·H blocks are resident at
+    /// once; otherwise all of P (one warp per (b, h)) when B·H warps reach
+    /// [`STREAMING_WARPS_PER_SM`] per SM, else halved until they do or a warp is down to
+    /// [`STREAMING_MIN_ROWS_PER_WARP`] rows.
+    ///
+    /// Measured on the H200 (H=64 P=64 N=128 R=4, bf16, graph µs, 2026-12-01): batch 8 (512
+    /// blocks) 15.3–15.5 with the shared prologue against 16.5–16.9 at 32 rows per warp; batch
+    /// 16 (1024 blocks, two waves) 29.6 against 27.4–27.8 at 64 rows.
     pub fn streaming_rows_per_warp(&self, sm_count: usize) -> u32 {
+        let one_wave = decode_stream_blocks_per_sm(self.rank as u32) as usize * sm_count;
+        if let Some(rows) = self.streaming_shared_prologue_rows() {
+            if self.batch * self.heads <= one_wave {
+                return rows;
+            }
+        }
         let target = STREAMING_WARPS_PER_SM * sm_count;
         let warps = |rows: usize| self.batch * self.heads * self.head_dim.div_ceil(rows);
         let mut rows = self.head_dim;
@@ -276,6 +290,16 @@ impl DecodeConfig {
             rows = rows.div_ceil(2).max(STREAMING_MIN_ROWS_PER_WARP);
         }
         rows as u32
+    }
+
+    /// Rows per warp of the streaming kernel at which the four warps of a block are the four
+    /// row ranges of one (b, h) and share its per-rank prologue (each forms the rotated q̂ and k̂
+    /// of a quarter of the ranks; one barrier, no arrival counter): `⌈P/4⌉` where that splits P
+    /// into exactly four ranges, else `None`.
+    pub fn streaming_shared_prologue_rows(&self) -> Option<u32> {
+        let warps = DECODE_STREAM_WARPS as usize;
+        let rows = self.head_dim.div_ceil(warps);
+        (self.head_dim.div_ceil(rows) == warps).then_some(rows as u32)
     }
 
     /// The kernel a call over `tokens` tokens with activations `X` runs on a GPU of `sm_count`

@@ -1,9 +1,9 @@
 //! Mamba-3 MIMO decode of one token with the state streamed through registers: the recurrence of
 //! spec §2.1 for `T = 1`, `N ≤ 128`, `N % 4 == 0`, gated or prereduce output.
 //!
-//! Every warp works alone: it owns `rows_per_warp` consecutive state rows of one (head, batch
-//! row) and never meets another warp at a barrier, so an SM overlaps many warps' memory waits
-//! instead of stepping a block through phases. A lane owns one 16-byte quad of columns. Lane j
+//! Every warp owns `rows_per_warp` consecutive state rows of one (head, batch row) and streams
+//! them alone (at most one block barrier, in the prologue below), so an SM overlaps many warps'
+//! memory waits instead of stepping a block through phases. A lane owns one 16-byte quad of columns. Lane j
 //! advances angles j and j + 32 (in f64, one `sincos` each) and the lanes take their columns'
 //! sines and cosines by shuffles; a lane then forms the rotated, biased q̂ and k̂ of its columns
 //! itself (the partner column of a rotation pair loaded directly, two ranks' loads in flight at a
@@ -15,11 +15,16 @@
 //! warp reduction for both, [`warp_reduce::sum_transposed_pair`]), and each lane finishes two
 //! rows' outputs after the group.
 //!
-//! The small states θ and k̂_prev are read by every warp of a (b, h) and written once: with more
-//! than one warp per (b, h), each warp bumps the (b, h)'s arrival counter after reading them and
-//! the last to arrive writes them back and resets the counter (as in `decode_rows.rs`), so a
-//! captured graph replays with the counters at zero. Raw v of a row is read and replaced by the
-//! lane that owns the row.
+//! When P splits into exactly [`DECODE_STREAM_WARPS`] row ranges the four warps of a block are
+//! the four ranges of one (b, h) and share the prologue: warp w forms q̂ and k̂ of ranks w and
+//! w + 4 only, and after one block barrier each warp copies the other ranks into its own region.
+//!
+//! The small states θ and k̂_prev are read by every warp of a (b, h) and written once. In a
+//! shared-prologue block the barrier orders every warp's reads before warp 0 writes them back.
+//! Otherwise, with more than one warp per (b, h), each warp bumps the (b, h)'s arrival counter
+//! after reading them and the last to arrive writes them back and resets the counter (as in
+//! `decode_rows.rs`), so a captured graph replays with the counters at zero. Raw v of a row is
+//! read and replaced by the lane that owns the row.
 //!
 //! # Launch contract
 //! Grid `⌈B·H·⌈P / rows_per_warp⌉ / DECODE_STREAM_WARPS⌉` blocks of `32·DECODE_STREAM_WARPS`
@@ -41,7 +46,7 @@ use crate::arch::global::{
 };
 use crate::arch::sreg::{
     block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, shfl_idx_f32, smem_base, st_shared_f32, st_shared_v4_f32,
-    sync_warp, thread_x,
+    sync_threads, sync_warp, thread_x,
 };
 use crate::elem::{ldg, Elem};
 use crate::geometry::Geometry;
@@ -78,8 +83,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
     let rows_per_warp = prm.rows_per_warp;
     let splits = p.div_ceil(rows_per_warp);
     let unit = block_x() * DECODE_STREAM_WARPS + warp;
+    // The block's warps are the splits of one (b, h) (a block starts at a multiple of
+    // DECODE_STREAM_WARPS units): they share the prologue's per-rank work and meet at one barrier.
+    let shared_prologue = splits == DECODE_STREAM_WARPS;
     if unit >= prm.batch * heads * splits {
-        // Whole warps leave; no barrier spans warps.
+        // Whole warps leave (never in a shared-prologue block: its four units exist).
         return;
     }
     let (bh, split) = (unit / splits, unit % splits);
@@ -100,26 +108,29 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
     let row_addr = |i: u32| prm.ssm + 4 * ((token_hp + first_row + i) as u64 * n as u64 + load_col as u64);
 
     // SAFETY (whole body): indices stay inside the shapes of the launch contract; shared offsets
-    // inside this warp's region of `lay`; every lane reaches every warp barrier and shuffle (the
-    // only early return is per whole warp).
+    // inside the block's regions of `lay` (another warp's only for the shared prologue's copy,
+    // after the block barrier); every lane reaches every warp barrier and shuffle, and every
+    // thread of a shared-prologue block the block barrier (the only early return is per whole
+    // warp, outside such blocks).
     unsafe {
-        // --- The first rows' loads go out first: they have the longest latency ---
-        // FMA path: DEPTH rows in flight per warp, copied (`cp.async`, one commit group per row)
-        // into the lane's own slots of the warp's ring, so they cost no registers; slot
-        // `row % DEPTH`. Past the warp's last row the last row is copied again (and never read).
+        // --- Every load whose address is known now, the prologue's small ones first ---
+        // The state rows go last: the prologue's loads issued behind them waited for their share
+        // of the rows' megabytes at HBM (H200, batch 4–8: 5–7% of the call). DEPTH rows are in
+        // flight per warp, copied (`cp.async`, one commit group per row) into the lane's own
+        // slots of the warp's ring, so they cost no registers; slot `row % DEPTH`.
         let ring_lane = at(sm, lay.ring, lane * 4);
         let ring_slot = |row: u32| ring_lane + (row % DEPTH as u32) * SLOT_BYTES;
-        // One row's quad into a ring slot, as its own commit group.
-        let copy_row = |slot: u32, src: u64| {
-            cp_async_cg_16(slot, src as *const u8);
+        // One row's quad into a ring slot, as its own commit group; past the warp's last row the
+        // group stays empty (it still counts for `wait_group`), so no copy queues ahead of the
+        // output stage's loads.
+        let copy_row = |slot: u32, src: u64, real: bool| {
+            if real {
+                cp_async_cg_16(slot, src as *const u8);
+            }
             commit_group();
         };
-        for row in 0..DEPTH as u32 {
-            copy_row(ring_slot(row), row_addr(row.min(rows - 1)));
-        }
-        // Then every other load from HBM whose address is known now, consumed only later (their
-        // latency hides behind the angle and q̂/k̂ prologue): k̂_prev of the lane's quad, and raw
-        // v, previous v and z of the lane's two rows of the first group.
+        // k̂_prev of the lane's quad, and raw v, previous v and z of the lane's two rows of the
+        // first group (consumed after the angle and q̂/k̂ prologue).
         let mut kp = [[0.0f32; 4]; R];
         if active {
             for (r, k) in kp.iter_mut().enumerate() {
@@ -194,12 +205,18 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             [q_own, q_other, k_own, k_other]
         };
         // The first ranks' raw vectors go out with the other prologue loads (one memory latency
-        // for all of them); the rank loop loads each next pair once these are stored.
-        let mut ranks = (load_rank(0), if R >= 4 { load_rank(1) } else { [[0.0; 4]; 4] });
+        // for all of them); the rank loop loads each next pair once these are stored. In a
+        // shared-prologue block warp w forms ranks w and w + DECODE_STREAM_WARPS only.
+        let mut ranks = if shared_prologue {
+            let second = if R > DECODE_STREAM_WARPS as usize { load_rank(warp + DECODE_STREAM_WARPS) } else { [[0.0; 4]; 4] };
+            (load_rank(warp), second)
+        } else {
+            (load_rank(0), if R >= 4 { load_rank(1) } else { [[0.0; 4]; 4] })
+        };
         // The fixed rank-4 instantiation also issues ranks 2 and 3's raw q and k words here
         // (unconverted, unbiased: their f32 vectors and biases would spill), so the rank loop
         // waits only for their biases, which every warp of the head reads.
-        let all_ranks = G::DIMS.is_some() && R == 4 && half_n % 4 == 0;
+        let all_ranks = G::DIMS.is_some() && R == 4 && half_n % 4 == 0 && !shared_prologue;
         let raw_rank = |r: u32| -> [X::Raw4; 4] {
             let mut raw = [X::Raw4::default(); 4];
             if all_ranks && active {
@@ -214,6 +231,18 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             raw
         };
         let later_raw = [raw_rank(2), raw_rank(3)];
+        // mimo_v of the lane's first row, for its weights (a dependent L2 round trip after the
+        // rotation otherwise), then the state rows.
+        let early_mv: [f32; R] = core::array::from_fn(|r| {
+            if lane < rows {
+                ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r as u32) * p + first_row + lane))
+            } else {
+                0.0
+            }
+        });
+        for row in 0..DEPTH as u32 {
+            copy_row(ring_slot(row), row_addr(row), row < rows);
+        }
         // Rank `r`'s vectors from its raw words, biased.
         let finish_rank = |r: u32, raw: [X::Raw4; 4]| -> [[f32; 4]; 4] {
             if !active {
@@ -283,7 +312,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         };
         // (Ranks 1 and 2 go one at a time: pairing them costs registers the rows need.)
         let mut r = 0;
-        if all_ranks {
+        if shared_prologue {
+            store_rank(warp, ranks.0);
+            store_rank(warp + DECODE_STREAM_WARPS, ranks.1);
+            r = r_count;
+        } else if all_ranks {
             store_rank(0, ranks.0);
             store_rank(1, ranks.1);
             ranks = (finish_rank(2, later_raw[0]), finish_rank(3, later_raw[1]));
@@ -307,6 +340,23 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 }
             }
         }
+        if shared_prologue {
+            // Every warp has stored its ranks and read θ and k̂_prev (the barrier orders those
+            // reads before warp 0's write-back): copy the other warps' ranks into this warp's
+            // region, where the rows read them.
+            sync_threads();
+            for r in 0..r_count {
+                let from = r % DECODE_STREAM_WARPS;
+                if from != warp {
+                    let other = smem_base() + 4 * from * lay.total;
+                    let slot = (r * 32 + lane) * 4;
+                    let (q, k) = (ld_shared_v4_f32(at(other, lay.q_rot, slot)), ld_shared_v4_f32(at(other, lay.k_rot, slot)));
+                    st_shared_v4_f32(at(sm, lay.q_rot, slot), q);
+                    st_shared_v4_f32(at(sm, lay.k_rot, slot), k);
+                }
+            }
+            sync_warp();
+        }
         // k̂ and k̂_prev stay in registers for the rows; q̂ is read per row.
         let mut kh = [[0.0f32; 4]; R];
         for (r, k) in kh.iter_mut().enumerate() {
@@ -319,7 +369,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         // starts at a multiple of DECODE_STREAM_WARPS units), so a CTA-scope add suffices: its
         // release does not wait for the ring's copies in flight.
         let mut arrived = 0u32;
-        if splits > 1 {
+        if splits > 1 && !shared_prologue {
             sync_warp();
             if lane == 0 {
                 let counter = prm.arrivals + 4 * bh as u64;
@@ -331,10 +381,9 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             }
         }
 
-        // Byte address of the next row to update, the row size, and the warp's last row.
+        // Byte address of the next row to update, and the row size.
         let mut row_ptr = row_addr(0);
         let row_bytes = 4 * n as u64;
-        let last = row_addr(rows - 1);
         let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
         let spread = 32 / r_count;
         let pair_spread = 16 / r_count;
@@ -373,9 +422,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 if j < group_rows {
                     let row = first_row + done + j;
                     let [vc, vp, _] = inputs[k];
-                    let mimo_v: [f32; R] = core::array::from_fn(|r| {
-                        ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r as u32) * p + row))
-                    });
+                    let mimo_v: [f32; R] = if done == 0 && k == 0 {
+                        early_mv
+                    } else {
+                        core::array::from_fn(|r| ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r as u32) * p + row)))
+                    };
                     X::store(prm.v_state, (token_hp + row) as usize, vc);
                     for (r, &mv) in mimo_v.iter().enumerate() {
                         let r = r as u32;
@@ -419,7 +470,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             };
             // The row's copy is consumed: refill its slot with the row DEPTH ahead.
             let refill = |row: u32, slot: u32, ptr: u64| {
-                copy_row(slot, if row + (DEPTH as u32) < rows { ptr + DEPTH as u64 * row_bytes } else { last });
+                copy_row(slot, ptr + DEPTH as u64 * row_bytes, row + (DEPTH as u32) < rows);
             };
             // Two rows at a time share one transposing reduction (their chains overlap);
             // this lane's copies of both have landed once at most DEPTH − 2 groups pend.
@@ -493,8 +544,9 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             done += group_rows;
         }
 
-        // --- θ and k̂ by the warp that arrived last (or the only one) ---
-        if splits > 1 {
+        // --- θ and k̂ by the warp that arrived last (or the only one; warp 0 of a
+        // shared-prologue block) ---
+        if splits > 1 && !shared_prologue {
             if lane == 0 {
                 let owner = arrived == splits - 1;
                 if owner {
@@ -504,7 +556,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             }
             sync_warp();
         }
-        let owner = splits == 1 || ld_shared_f32(at(sm, lay.owner, 0)) != 0.0;
+        let owner = if shared_prologue {
+            warp == 0
+        } else {
+            splits == 1 || ld_shared_f32(at(sm, lay.owner, 0)) != 0.0
+        };
         if owner {
             for a in 0..2 {
                 let i = lane + 32 * a;
