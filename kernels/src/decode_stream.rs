@@ -3,11 +3,12 @@
 //!
 //! Every warp owns `rows_per_warp` consecutive state rows of one (head, batch row) and streams
 //! them alone (at most one block barrier, in the prologue below), so an SM overlaps many warps'
-//! memory waits instead of stepping a block through phases. A lane owns one 16-byte quad of columns. Lane j
-//! advances angles j and j + 32 (in f64, one `sincos` each) and the lanes take their columns'
-//! sines and cosines by shuffles; a lane then forms the rotated, biased q̂ and k̂ of its columns
-//! itself (the partner column of a rotation pair loaded directly, two ranks' loads in flight at a
-//! time) into the warp's shared region, and keeps k̂ and k̂_prev in registers. The rows stream
+//! memory waits instead of stepping a block through phases. A lane owns one 16-byte quad of
+//! columns. Lane j advances angles j and j + 32 (in f64, one `sincos` each) and the lanes take
+//! their columns' sines and cosines by shuffles; a lane then forms the rotated, biased q̂ and k̂ of
+//! its columns itself (the partner column of a rotation pair loaded directly, two ranks' loads in
+//! flight at a time) into the warp's shared region, and keeps k̂ and k̂_prev in registers. The
+//! prologue's small loads go out before the state rows' copies. The rows stream
 //! through a ring in shared memory: `cp.async` keeps [`DECODE_STREAM_DEPTH`] rows in flight per
 //! warp at no register cost (each lane copies and reads only its own quad, so no barrier orders
 //! them). Per group of [`DECODE_STREAM_GROUP`] rows, each lane first stages the weights of two
