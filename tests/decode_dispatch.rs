@@ -210,6 +210,7 @@ fn one_token_at_many_sequence_heads_streams() {
         ..reference(8)
     };
     assert_eq!(p(6).streaming_shared_prologue_rows(), None);
+    assert_eq!(p(0).streaming_shared_prologue_rows(), None);
     assert_eq!(p(13).streaming_shared_prologue_rows(), Some(4));
     // Batches 1 and 2 (pinned: the register-resident kernel runs them) share the prologue too.
     assert_eq!(reference(2).streaming_rows_per_warp(132), 16);

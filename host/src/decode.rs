@@ -295,11 +295,11 @@ impl DecodeConfig {
     /// Rows per warp of the streaming kernel at which the four warps of a block are the four
     /// row ranges of one (b, h) and share its per-rank prologue (each forms the rotated q̂ and k̂
     /// of a quarter of the ranks; one barrier, no arrival counter): `⌈P/4⌉` where that splits P
-    /// into exactly four ranges, else `None`.
+    /// into exactly four ranges, else `None` (also for P = 0).
     pub fn streaming_shared_prologue_rows(&self) -> Option<u32> {
         let warps = DECODE_STREAM_WARPS as usize;
         let rows = self.head_dim.div_ceil(warps);
-        (self.head_dim.div_ceil(rows) == warps).then_some(rows as u32)
+        (rows > 0 && self.head_dim.div_ceil(rows) == warps).then_some(rows as u32)
     }
 
     /// The kernel a call over `tokens` tokens with activations `X` runs on a GPU of `sm_count`
