@@ -354,3 +354,37 @@ fn multi_token_calls_run_the_chunked_forward() {
         DecodePath::RegisterResident { rows_per_warp: 2 }
     );
 }
+
+#[test]
+fn dispatch_queries_do_not_panic_on_degenerate_geometries() {
+    // Validation rejects these; the dispatch queries must still answer rather than divide by
+    // zero (a caller may ask before validating).
+    for (batch, heads, p, n, rank) in [
+        (0, 64, 64, 128, 4),
+        (1, 0, 64, 128, 4),
+        (1, 64, 0, 128, 4),
+        (1, 64, 64, 0, 4),
+        (1, 64, 64, 128, 0),
+    ] {
+        let c = DecodeConfig {
+            batch,
+            heads,
+            head_dim: p,
+            state_dim: n,
+            rank,
+            ..reference(1)
+        };
+        assert!(c.validate().is_err(), "{c:?} should be rejected");
+        for tokens in [0, 1, 8] {
+            let _ = c.path::<half::bf16>(tokens, 132, H200_SHARED_MEMORY);
+            let _ = c.path::<f32>(tokens, 0, 0);
+            let _ = c.dispatch_paths::<half::bf16>(tokens, H200_SHARED_MEMORY);
+        }
+        let _ = (
+            c.streaming_rows_per_warp(132),
+            c.rows_per_warp(132),
+            c.shared_memory_bytes(),
+        );
+        let _ = c.streaming_shared_prologue_rows();
+    }
+}
