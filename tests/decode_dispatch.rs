@@ -365,6 +365,8 @@ fn dispatch_queries_do_not_panic_on_degenerate_geometries() {
         (1, 64, 0, 128, 4),
         (1, 64, 64, 0, 4),
         (1, 64, 64, 128, 0),
+        (usize::MAX / 4, 64, 64, 128, 4),
+        (1, 64, usize::MAX / 4, usize::MAX / 4, 4),
     ] {
         let c = DecodeConfig {
             batch,
@@ -386,5 +388,17 @@ fn dispatch_queries_do_not_panic_on_degenerate_geometries() {
             c.shared_memory_bytes(),
         );
         let _ = c.streaming_shared_prologue_rows();
+        for tokens in [0, 1, usize::MAX / 2] {
+            let _ = (c.output_len(tokens), c.min_bytes(tokens, 2));
+            let _ = c.forward_config(tokens, mamba3::Dtype::Bf16);
+            for path in [
+                DecodePath::SharedTile,
+                DecodePath::Chunked,
+                DecodePath::Streaming { rows_per_warp: 16 },
+                DecodePath::RegisterResident { rows_per_warp: 2 },
+            ] {
+                let _ = c.check_path(path, tokens);
+            }
+        }
     }
 }

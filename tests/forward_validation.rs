@@ -3,10 +3,12 @@
 
 mod common;
 
+use mamba3::backward;
 use mamba3::forward::{
-    blocks_per_sm, dispatch_paths, dispatch_paths_with_workspace, sequence_segments, validate,
-    validate_config, validate_initial, workspace_len, Dtype, ForwardConfig, ForwardLens, StateLens,
-    MAX_SEGMENTS, MIN_SEGMENT_CHUNKS,
+    blocks_per_sm, dispatch_paths, dispatch_paths_with_workspace, kernel_for,
+    segment_state_kernel_for, sequence_segments, tensor_core_fits, validate, validate_config,
+    validate_initial, workspace_len, Dtype, ForwardConfig, ForwardLens, StateLens, MAX_SEGMENTS,
+    MIN_SEGMENT_CHUNKS,
 };
 use mamba3::golden::{OutputMode, Rotation};
 use mamba3::Error;
@@ -636,4 +638,62 @@ fn initial_state_lengths_name_the_argument() {
     }
     let bad = ForwardConfig { rank: 3, ..c };
     expect_arg(validate_initial(&bad, &want), "rank", "1, 2, 4 or 8");
+}
+
+#[test]
+fn queries_do_not_panic_on_invalid_configs() {
+    // Validation rejects every config below; the planning and dispatch queries a caller may run
+    // before validating must still answer (no division by zero, no overflow panic).
+    let c = config();
+    let bad = [
+        ForwardConfig { batch: 0, ..c },
+        ForwardConfig { seq_len: 0, ..c },
+        ForwardConfig { rank: 0, ..c },
+        ForwardConfig { rank: 3, ..c },
+        ForwardConfig { groups: 0, ..c },
+        ForwardConfig { heads: 0, ..c },
+        ForwardConfig { heads: 3, ..c },
+        ForwardConfig { state_dim: 0, ..c },
+        ForwardConfig { head_dim: 0, ..c },
+        ForwardConfig { chunk_size: 0, ..c },
+        ForwardConfig {
+            num_angles: 1000,
+            ..c
+        },
+        ForwardConfig {
+            seq_len: usize::MAX / 2,
+            ..c
+        },
+        ForwardConfig {
+            state_dim: usize::MAX / 4,
+            head_dim: usize::MAX / 4,
+            ..c
+        },
+    ];
+    for b in bad {
+        assert!(validate_config(&b).is_err(), "{b:?} should be rejected");
+        let _ = (
+            b.output_width(),
+            b.shared_memory_bytes(),
+            b.expected_lens(true),
+        );
+        let _ = (
+            kernel_for(&b),
+            segment_state_kernel_for(&b),
+            dispatch_paths(&b),
+        );
+        let _ = (tensor_core_fits(&b, 232_448), blocks_per_sm(&b));
+        for sm in [0, 1, 132] {
+            let _ = (sequence_segments(&b, sm), workspace_len(&b, sm));
+            let _ = dispatch_paths_with_workspace(&b, sm);
+        }
+        let _ = (
+            backward::chunked_tokens(&b),
+            backward::chunked_shared_memory_bytes(&b),
+            backward::backward_path(&b, 232_448),
+            backward::workspace_len(&b),
+            backward::backward_shared_memory_bytes(&b),
+            backward::dispatch_paths(&b, 232_448),
+        );
+    }
 }

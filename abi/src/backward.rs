@@ -157,6 +157,17 @@ pub struct BackwardSlots {
 }
 
 impl BackwardSlots {
+    /// [`BackwardSlots::len`] for any sizes, saturating instead of overflowing (the workspace
+    /// planner's form: it sizes geometries before they are validated).
+    pub const fn len_saturating(r: u64, n: u64, p: u64) -> u64 {
+        let rn = r.saturating_mul(n);
+        let rp = r.saturating_mul(p);
+        rn.saturating_mul(2)
+            .saturating_add(rp.saturating_mul(3))
+            .saturating_add(p)
+            .saturating_add(1)
+    }
+
     /// The layout for rank `r`, state size `n`, head dim `p`.
     pub const fn new(r: u32, n: u32, p: u32) -> Self {
         let rn = r * n;
@@ -201,9 +212,9 @@ impl BackwardWorkspace {
             seg: bh
                 .saturating_mul(if l < s { l } else { s })
                 .saturating_mul(state),
-            cs: bh.saturating_mul(s).saturating_mul(2 * na),
+            cs: bh.saturating_mul(s).saturating_mul(na.saturating_mul(2)),
             dqkh: bh.saturating_mul(s).saturating_mul(r).saturating_mul(n),
-            slots: bh.saturating_mul(BackwardSlots::new(r as u32, n as u32, p as u32).len as u64),
+            slots: bh.saturating_mul(BackwardSlots::len_saturating(r, n, p)),
         }
     }
 }

@@ -962,6 +962,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn backward_slots_saturating_length_matches_layout() {
+        for r in [1u32, 2, 4, 8] {
+            for n in [2u32, 16, 130, 512] {
+                for p in [1u32, 3, 64, 256] {
+                    assert_eq!(
+                        backward::BackwardSlots::len_saturating(r as u64, n as u64, p as u64),
+                        backward::BackwardSlots::new(r, n, p).len as u64
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            backward::BackwardSlots::len_saturating(u64::MAX, 2, 2),
+            u64::MAX
+        );
+    }
+
+    #[test]
     fn forward_smem_formula_matches_layout() {
         for r in [1u32, 2, 4, 8] {
             for n in [2u32, 6, 16, 64, 128, 256] {

@@ -233,7 +233,10 @@ impl DecodeConfig {
                 "must be positive and finite",
             ));
         }
-        let largest = self.batch * self.heads * self.head_dim * self.state_dim.max(self.rank * 64);
+        let largest = self
+            .sequence_heads()
+            .saturating_mul(self.head_dim)
+            .saturating_mul(self.state_dim.max(self.rank.saturating_mul(64)));
         if largest > u32::MAX as usize / 2 {
             return Err(Error::invalid(
                 "batch",
@@ -251,7 +254,7 @@ impl DecodeConfig {
     /// shared-memory kernel (`decode_*`).
     pub fn register_resident(&self) -> bool {
         let rows_max = (DECODE_ROWS_WARPS * self.max_rows_per_warp()) as usize;
-        self.batch * self.heads <= REGISTER_RESIDENT_MAX_SEQUENCE_HEADS
+        self.sequence_heads() <= REGISTER_RESIDENT_MAX_SEQUENCE_HEADS
             && self.state_dim.is_multiple_of(4)
             && self.state_dim <= DECODE_ROWS_MAX_N as usize
             && (self.mode != OutputMode::FusedNorm || self.head_dim <= rows_max)
@@ -279,17 +282,26 @@ impl DecodeConfig {
     pub fn streaming_rows_per_warp(&self, sm_count: usize) -> u32 {
         let one_wave = decode_stream_blocks_per_sm(self.rank as u32) as usize * sm_count;
         if let Some(rows) = self.streaming_shared_prologue_rows() {
-            if self.batch * self.heads <= one_wave {
+            if self.sequence_heads() <= one_wave {
                 return rows;
             }
         }
         let target = STREAMING_WARPS_PER_SM * sm_count;
-        let warps = |rows: usize| self.batch * self.heads * self.head_dim.div_ceil(rows);
+        let warps = |rows: usize| {
+            self.sequence_heads()
+                .saturating_mul(self.head_dim.div_ceil(rows))
+        };
         let mut rows = self.head_dim;
         while rows > STREAMING_MIN_ROWS_PER_WARP && warps(rows) < target {
             rows = rows.div_ceil(2).max(STREAMING_MIN_ROWS_PER_WARP);
         }
         rows as u32
+    }
+
+    /// Sequence-heads B·H of a call (saturating: the dispatch queries answer geometries that
+    /// validation would reject).
+    fn sequence_heads(&self) -> usize {
+        self.batch.saturating_mul(self.heads)
     }
 
     /// Rows per warp of the streaming kernel at which the four warps of a block are the four
@@ -314,7 +326,7 @@ impl DecodeConfig {
         sm_count: usize,
         max_shared_memory: usize,
     ) -> DecodePath {
-        let many = self.batch * self.heads >= STREAMING_MIN_SEQUENCE_HEADS;
+        let many = self.sequence_heads() >= STREAMING_MIN_SEQUENCE_HEADS;
         if self.prefers_chunked::<X>(tokens, max_shared_memory) {
             DecodePath::Chunked
         } else if many && self.streamable(tokens) {
@@ -430,7 +442,10 @@ impl DecodeConfig {
             .head_dim
             .div_ceil(warps)
             .min(self.max_rows_per_warp() as usize);
-        let blocks = |rows: usize| self.batch * self.heads * self.head_dim.div_ceil(warps * rows);
+        let blocks = |rows: usize| {
+            self.sequence_heads()
+                .saturating_mul(self.head_dim.div_ceil(warps * rows))
+        };
         if self.mode != OutputMode::FusedNorm {
             while rows > 1 && blocks(rows / 2) <= 2 * sm_count {
                 rows /= 2;
@@ -442,8 +457,13 @@ impl DecodeConfig {
     /// Shared memory of one block of the kernel a multi-token call runs, in bytes: for the
     /// register-resident kernel, its largest block (all of P in one block; blocks of a split
     /// batch hold fewer rows). The streaming kernel (one token) needs only
-    /// `DecodeStreamSmem::new(R).block_bytes()`, a few KB.
+    /// `DecodeStreamSmem::new(R).block_bytes()`, a few KB. `usize::MAX` when R, N, P or Na is
+    /// above 8192 (far past any GPU's shared memory; the layouts are sized in u32).
     pub fn shared_memory_bytes(&self) -> usize {
+        let dims = [self.rank, self.state_dim, self.head_dim, self.num_angles];
+        if dims.iter().any(|&d| d > 1 << 13) {
+            return usize::MAX;
+        }
         let (r, n) = (self.rank as u32, self.state_dim as u32);
         let (p, na) = (self.head_dim as u32, self.num_angles as u32);
         if self.register_resident() {
@@ -468,19 +488,20 @@ impl DecodeConfig {
             .unwrap_or_default()
     }
 
-    /// Elements of the output for `tokens` tokens: (B,T,H,P), or (B,T,R,H,P) in prereduce mode.
+    /// Elements of the output for `tokens` tokens: (B,T,H,P), or (B,T,R,H,P) in prereduce mode
+    /// (saturating at `usize::MAX`).
     pub fn output_len(&self, tokens: usize) -> usize {
         let ranks = if self.mode == OutputMode::Prereduce {
             self.rank
         } else {
             1
         };
-        self.batch * tokens * ranks * self.heads * self.head_dim
+        product(&[self.batch, tokens, ranks, self.heads, self.head_dim])
     }
 
     /// Bytes one call over `tokens` tokens must move at least (spec performance.md §3.5):
     /// the state read and written once, the per-token inputs and outputs once, with `elem` bytes
-    /// per activation.
+    /// per activation (saturating at `usize::MAX`).
     pub fn min_bytes(&self, tokens: usize, elem: usize) -> usize {
         let (b, h, r, g, n, p, na) = (
             self.batch,
@@ -491,14 +512,36 @@ impl DecodeConfig {
             self.head_dim,
             self.num_angles,
         );
-        let state = b * h * (4 * p * n + 4 * na + elem * r * n + elem * p);
-        let per_token = b
-            * (elem * 2 * r * g * n
-                + elem * h * p * (1 + self.has_z as usize)
-                + h * (elem + 8 + 4 * na));
-        let out = elem * self.output_len(1);
-        2 * state + tokens * (per_token + out)
+        let sum = |xs: &[usize]| xs.iter().fold(0usize, |a, &x| a.saturating_add(x));
+        let state = product(&[
+            b,
+            h,
+            sum(&[
+                product(&[4, p, n]),
+                product(&[4, na]),
+                product(&[elem, r, n]),
+                product(&[elem, p]),
+            ]),
+        ]);
+        let per_token = product(&[
+            b,
+            sum(&[
+                product(&[elem, 2, r, g, n]),
+                product(&[elem, h, p, 1 + self.has_z as usize]),
+                product(&[h, sum(&[elem, 8, product(&[4, na])])]),
+            ]),
+        ]);
+        let out = product(&[elem, self.output_len(1)]);
+        sum(&[
+            product(&[2, state]),
+            product(&[tokens, sum(&[per_token, out])]),
+        ])
     }
+}
+
+/// The product of `factors`, saturating at `usize::MAX`.
+fn product(factors: &[usize]) -> usize {
+    factors.iter().fold(1usize, |a, &x| a.saturating_mul(x))
 }
 
 /// Per-head parameters (f32, device): the same for every step.
