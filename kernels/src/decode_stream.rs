@@ -232,15 +232,12 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             raw
         };
         let later_raw = [raw_rank(2), raw_rank(3)];
+        // Rank `r`'s element of an (H,R,P) parameter at head row `row`.
+        let row_param = |tensor: u64, r: u32, row: u32| ld_global_nc_f32(gf(tensor, (h * r_count + r) * p + row));
         // mimo_v of the lane's first row, for its weights (a dependent L2 round trip after the
         // rotation otherwise), then the state rows.
-        let early_mv: [f32; R] = core::array::from_fn(|r| {
-            if lane < rows {
-                ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r as u32) * p + first_row + lane))
-            } else {
-                0.0
-            }
-        });
+        let early_mv: [f32; R] =
+            core::array::from_fn(|r| if lane < rows { row_param(prm.mimo_v, r as u32, first_row + lane) } else { 0.0 });
         for row in 0..DEPTH as u32 {
             copy_row(ring_slot(row), row_addr(row), row < rows);
         }
@@ -408,7 +405,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                     let row = first_row + done + j;
                     core::array::from_fn(|r| {
                         if present && j < group_rows {
-                            ld_global_nc_f32(gf(tensor, (h * r_count + r as u32) * p + row))
+                            row_param(tensor, r as u32, row)
                         } else {
                             1.0
                         }
@@ -426,7 +423,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                     let mimo_v: [f32; R] = if done == 0 && k == 0 {
                         early_mv
                     } else {
-                        core::array::from_fn(|r| ld_global_nc_f32(gf(prm.mimo_v, (h * r_count + r as u32) * p + row)))
+                        core::array::from_fn(|r| row_param(prm.mimo_v, r as u32, row))
                     };
                     X::store(prm.v_state, (token_hp + row) as usize, vc);
                     for (r, &mv) in mimo_v.iter().enumerate() {
