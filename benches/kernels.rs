@@ -633,8 +633,8 @@ fn auto_only() -> bool {
     std::env::var("MAMBA3_BENCH_AUTO_ONLY").is_ok_and(|v| v == "1")
 }
 
-/// Whether `MAMBA3_BENCH_DTYPE` (unset: both) selects this activation dtype of the forward and
-/// decode tables.
+/// Whether `MAMBA3_BENCH_DTYPE` (unset: both) selects this activation dtype of the forward,
+/// backward and decode tables.
 fn dtype_selected(dtype: &str) -> bool {
     std::env::var("MAMBA3_BENCH_DTYPE").map_or(true, |d| d == dtype)
 }
@@ -741,8 +741,12 @@ fn bench_backward(gpu: &Gpu, stream: &Arc<CudaStream>) {
         if !batch_selected(b) {
             continue;
         }
-        bench_backward_one::<half::bf16>(gpu, stream, h, b, s);
-        bench_backward_one::<f32>(gpu, stream, h, b, s);
+        if dtype_selected("bf16") {
+            bench_backward_one::<half::bf16>(gpu, stream, h, b, s);
+        }
+        if dtype_selected("f32") {
+            bench_backward_one::<f32>(gpu, stream, h, b, s);
+        }
     }
 }
 

@@ -319,6 +319,45 @@ fn backward_matches_golden_on_upstream_geometries() {
     run_grid(&upstream_cases(), "upstream", 8000, BackwardPath::Chunked);
 }
 
+/// The fixed-geometry kernel (R = 4, N = 128, P = 64, Na = 32) at S = 2048 and S = 16384 (B = 1,
+/// H = 2): every gradient within the bounds at both lengths; prints the ratio of the worst errors
+/// (the running sums over the sequence, of the adjoint and of ∂θ, are where an error would grow).
+#[test]
+fn backward_error_stays_within_bounds_at_long_sequences() {
+    let gpu = match common::gpu() {
+        Some(g) => g,
+        None => return,
+    };
+    let s = gpu.context().new_stream().expect("stream");
+    let at = |seq_len: usize| Case {
+        geo: geo(1, seq_len, 4, 1, 2, 128, 64, 32),
+        chunk: 16,
+        opts: opts(Rotation::HalfSplit, OutputMode::Gated, true, true),
+    };
+    let worst = |errs: Vec<(&'static str, f64)>| {
+        errs.into_iter()
+            .fold(("", 0.0f64), |w, e| if e.1 > w.1 { e } else { w })
+    };
+    for dtype in [mamba3::Dtype::F32, mamba3::Dtype::Bf16] {
+        let run = |case: &Case| {
+            if dtype == mamba3::Dtype::F32 {
+                worst(check::<f32>(&gpu, &s, case, 9100, BackwardPath::Chunked))
+            } else {
+                worst(check::<bf16>(&gpu, &s, case, 9100, BackwardPath::Chunked))
+            }
+        };
+        let (short, long) = (run(&at(2048)), run(&at(16384)));
+        eprintln!(
+            "backward {dtype:?} long sequence: worst S=2048 {} {:.2e}, S=16384 {} {:.2e} (ratio {:.2})",
+            short.0,
+            short.1,
+            long.0,
+            long.1,
+            long.1 / short.1
+        );
+    }
+}
+
 #[test]
 fn backward_rejects_bad_arguments_before_launch() {
     let gpu = gpu_or_skip!();

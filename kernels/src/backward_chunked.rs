@@ -35,8 +35,9 @@
 //!    current one runs.
 //!
 //! Products work on f32 operands in shared memory: for bf16 activations on the tensor cores
-//! ([`crate::tile_mma`], each operand split into two bf16 parts, three `mma` per product: about
-//! 16 bits, 1.25× faster than the FMA tiles over the whole kernel), for f32 activations as
+//! ([`crate::tile_mma`]: those that recompute the outputs y with each operand split into two bf16
+//! parts, three `mma` per product, about 16 bits; the state pass and the adjoint products in one
+//! TF32 pass, 11 bits, see [`SPLIT_Y`]), for f32 activations as
 //! [`crate::tile_mac`] FMA tiles, which hold float32 accuracy (a 3×TF32 version measured 6%
 //! slower than them: the phases are latency-bound at one block of 8 warps per SM; see
 //! `notes/backward.md`).
@@ -360,21 +361,21 @@ impl Cx {
     }
 }
 
-/// Whether activations of type `X` take the products on the bf16 tensor cores
-/// ([`crate::tile_mma`]: operands rounded to bf16, as the bf16 forward rounds them) rather than
-/// the f32 FMA tiles ([`crate::tile_mac`], which hold float32 accuracy).
+/// Whether activations of type `X` take the products on the tensor cores ([`crate::tile_mma`]:
+/// bf16-split or TF32 operands, see [`SPLIT_Y`]) rather than the f32 FMA tiles
+/// ([`crate::tile_mac`], which hold float32 accuracy).
 #[inline(always)]
 const fn tensor_products<X: Elem>() -> bool {
     X::BYTES == 2
 }
 
-/// [`tile_mac::product`] (tiles of 4 rows × 32·CU columns) or [`tile_mma::product`] (16 × 8·NB),
-/// by [`tensor_products`].
+/// [`tile_mac::product`] (tiles of 4 rows × 32·CU columns) or [`tile_mma::product`] (16 × 8·NB,
+/// operands bf16-split or TF32 by `SPLIT`), by [`tensor_products`].
 ///
 /// # Safety
 /// As for both.
 #[inline(always)]
-unsafe fn prod<X: Elem, const CU: usize, const NB: usize>(
+unsafe fn prod<X: Elem, const CU: usize, const NB: usize, const SPLIT: bool>(
     dims: (u32, u32),
     warps: (u32, u32, u32),
     t: &impl Summed,
@@ -383,7 +384,7 @@ unsafe fn prod<X: Elem, const CU: usize, const NB: usize>(
     // SAFETY: forwarded to the caller.
     unsafe {
         if tensor_products::<X>() {
-            tile_mma::product::<NB>(dims, warps, t, out)
+            tile_mma::product::<NB, SPLIT>(dims, warps, t, out)
         } else {
             tile_mac::product::<CU>(dims, warps, t, out)
         }
@@ -395,7 +396,7 @@ unsafe fn prod<X: Elem, const CU: usize, const NB: usize>(
 /// # Safety
 /// As for both.
 #[inline(always)]
-unsafe fn prod2<X: Elem, const CU: usize, const NB: usize>(
+unsafe fn prod2<X: Elem, const CU: usize, const NB: usize, const SPLIT: bool>(
     dims: (u32, u32),
     warps: (u32, u32, u32),
     t1: &impl Summed,
@@ -405,12 +406,31 @@ unsafe fn prod2<X: Elem, const CU: usize, const NB: usize>(
     // SAFETY: forwarded to the caller.
     unsafe {
         if tensor_products::<X>() {
-            tile_mma::product2::<NB>(dims, warps, t1, t2, out)
+            tile_mma::product2::<NB, SPLIT>(dims, warps, t1, t2, out)
         } else {
             tile_mac::product2::<CU>(dims, warps, t1, t2, out)
         }
     }
 }
+
+/// Whether the tensor-core products that recompute the outputs y (the scores, the inter- and
+/// intra-chunk outputs) split their operands into bf16 `hi + lo` (three passes, ~16 bits) rather
+/// than take one TF32 pass (11 bits; see [`crate::tile_mma`]): the output-stage backward and ∂D
+/// are sums of y-dependent terms that cancel, and with TF32 here a random small geometry's ∂D
+/// came to 1.6e-2 (bound 2e-2) in the CPU emulation against 2.3e-3 with the split.
+const SPLIT_Y: bool = true;
+
+/// As [`SPLIT_Y`] for the forward sweep's state pass (the checkpoints): one TF32 pass. The state
+/// enters y only through the inter-chunk term, and the error stays flat in S (H200: ∂angles
+/// 7.1e-3 at S = 2048, 7.3e-3 at S = 16384 with [`SPLIT_ADJOINTS`] as below).
+const SPLIT_STATES: bool = false;
+
+/// As [`SPLIT_Y`] for the adjoint products (Dₛ, ∂Q̂, ∂K̂, ∂X, the adjoint update): one TF32 pass,
+/// 7–8% faster over the whole backward at the benchmark geometry; the gradients returned in f32
+/// then carry ~5e-3 (∂angles, the difference of its q and k sides, is the largest) where the
+/// split left ~1e-4, under the bf16 bound of 2e-2 and near the bf16 rounding of the returned
+/// activation gradients (~3.6e-3).
+const SPLIT_ADJOINTS: bool = false;
 
 /// Column blocks of the tensor-core tiles of the ∂K̂ product.
 const SP_NB: usize = 4;
@@ -1047,7 +1067,7 @@ unsafe fn forward_sweep<X: Elem, G: Geometry>(prm: &BackwardParams) {
             fresh!(prm, cx, lay, m, n, p, r, tid);
             let decay = cx.ts(EA, len - 1);
             let slot = cx.ckpt(c + 1);
-            prod::<X, 4, 4>(
+            prod::<X, 4, 4, SPLIT_STATES>(
                 (p, n),
                 cx.warps(),
                 &Term {
@@ -1150,7 +1170,7 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
             if c > 0 {
                 prefetch_chunk::<X>(prm, &cx, c - 1, true);
             }
-            prod::<X, 2, 4>(
+            prod::<X, 2, 4, SPLIT_Y>(
                 (m, m),
                 cx.warps(),
                 &plain(
@@ -1160,7 +1180,7 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
                 ),
                 |i, j, v| cx.store_causal(lay.sc, i, j, v),
             );
-            prod::<X, 2, 4>(
+            prod::<X, 2, 4, SPLIT_Y>(
                 (m, p),
                 cx.warps(),
                 &plain(
@@ -1187,7 +1207,7 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
             if tid == 0 {
                 st_shared_f32(cx.sm(lay.misc, GH), block_total(&cx));
             }
-            prod::<X, 2, 4>(
+            prod::<X, 2, 4, SPLIT_Y>(
                 (m, p),
                 cx.warps(),
                 &Term {
@@ -1237,7 +1257,7 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 5: Dₛ = Δ·Xᵀ (raw, causal).
-            prod::<X, 2, 4>(
+            prod::<X, 2, 4, SPLIT_ADJOINTS>(
                 (m, m),
                 cx.warps(),
                 &plain(
@@ -1308,7 +1328,7 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 8: ∂Q̂ = diag(e^{A})·Δ·H̃ + (W ⊙ Dₛ)·K̂ to dqh.
-            prod2::<X, 4, 4>(
+            prod2::<X, 4, 4, SPLIT_ADJOINTS>(
                 (m, n),
                 cx.warps(),
                 &plain(
@@ -1364,8 +1384,8 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
                     strip += per_group;
                     let mut intra = [[0.0f32; 4]; SP_NB];
                     let mut xg = [[0.0f32; 4]; SP_NB];
-                    mma_term(&mut intra, tile, cx.lane, &intra_term);
-                    mma_term(&mut xg, tile, cx.lane, &xg_term);
+                    mma_term::<SP_NB, SPLIT_ADJOINTS>(&mut intra, tile, cx.lane, &intra_term);
+                    mma_term::<SP_NB, SPLIT_ADJOINTS>(&mut xg, tile, cx.lane, &xg_term);
                     // Accumulator slots 2·half and 2·half + 1 hold row `g + 8·half`.
                     for (half, sp) in sp_half.iter_mut().enumerate() {
                         let (j, _, _) = tile.at(cx.lane, 0, 2 * half);
@@ -1437,7 +1457,7 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
                     }
                 });
             }
-            prod2::<X, 2, 4>(
+            prod2::<X, 2, 4, SPLIT_ADJOINTS>(
                 (m, p),
                 cx.warps(),
                 &Term {
@@ -1466,7 +1486,7 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
             // Phase 10: G ← e^{A_e}·G + Σ_i e^{A_t} δ_i q̂_iᵀ; the inverse rotation of ∂q̂ / ∂k̂
             // with ∂θ; ∂v and ∂mimo_v.
             let decay = cx.ts(EA, len - 1);
-            prod::<X, 4, 4>(
+            prod::<X, 4, 4, SPLIT_ADJOINTS>(
                 (p, n),
                 cx.warps(),
                 &Term {

@@ -78,9 +78,10 @@ pub const fn ldmatrix_x4_tf32_b(lane: u32) -> (u32, u32) {
 }
 
 /// The A rows (`g`, `g + 8`), the B column (`g`) and the first of the eight consecutive depths
-/// that `lane` holds under the depth order of [`crate::tile_mma`]: two `mma.m16n8k16` steps over
-/// 32 consecutive depths, lane quad `q` holding depths `8q .. 8q + 8` (the four of step `s` at
-/// `8q + 4s`), which the ISA allows because A and B share the order of the summed index.
+/// that `lane` holds under the depth order of [`crate::tile_mma`]: lane quad `q` holds depths
+/// `8q .. 8q + 8` of each block of 32 consecutive depths, as four of each of two `mma.m16n8k16`
+/// steps (those of step `s` at `8q + 4s`) or two of each of four TF32 `mma.m16n8k8` steps (at
+/// `8q + 2s`), which the ISA allows because A and B share the order of the summed index.
 #[inline(always)]
 pub const fn mma_k32_lane(lane: u32) -> (u32, u32) {
     (lane / 4, 8 * (lane % 4))

@@ -1,22 +1,28 @@
-//! The products of [`crate::tile_mac`] on the bf16 tensor cores: the same [`Summed`] terms on the
-//! same f32 shared-memory operands, accumulated in f32 by `mma.m16n8k16`. Each weighted element `x`
-//! is split as it is loaded into `hi = bf16(x)` and `lo = bf16(x − hi)`, and a product takes three
-//! `mma`: `lo_A·hi_B + hi_A·lo_B + hi_A·hi_B` (the small terms first). That keeps about 16 bits
-//! of every product: one bf16 pass (8 bits) loses the gradients that come out of cancelling sums
-//! (∂θ of a rotation is the small difference of its q and k sides; measured 2.2e-2 against the
-//! target 2e-2 on a small case, 4e-5 with the split). For kernels whose activations are bf16;
-//! float32 kernels keep the FMA tiles.
+//! The products of [`crate::tile_mac`] on the tensor cores: the same [`Summed`] terms on the same
+//! f32 shared-memory operands, accumulated in f32, at one of two precisions chosen per product by
+//! the `SPLIT` parameter:
+//!
+//! * `SPLIT = true`: each weighted element `x` is split as it is loaded into `hi = bf16(x)` and
+//!   `lo = bf16(x − hi)`, and a product takes three `mma.m16n8k16`: `lo_A·hi_B + hi_A·lo_B +
+//!   hi_A·hi_B` (the small terms first), about 16 bits of every product;
+//! * `SPLIT = false`: each weighted element is rounded to TF32 (11 bits) as it is loaded, one
+//!   integer add ([`tf32_rounded`]), and a product takes `mma.m16n8k8`: a third fewer `mma` per
+//!   depth and no split instructions (7–8% of the bf16 backward at its benchmark geometry).
+//!
+//! One bf16 pass (8 bits) is not offered: it loses the gradients that come out of cancelling sums
+//! (∂θ of a rotation is the small difference of its q and k sides; 2.2e-2 against the target 2e-2
+//! on a small case). For kernels whose activations are bf16; float32 kernels keep the FMA tiles.
 //!
 //! A warp owns an output tile of 16 rows × `8·NB` columns in the accumulator layout of
-//! [`crate::frag::acc_m16n8`]. The summed index runs in blocks of 32 (two `mma` steps) in the
-//! order of [`crate::frag::mma_k32_lane`]: lane quad `q` loads depths `8q .. 8q + 8` of its rows
+//! [`crate::frag::acc_m16n8`]. The summed index runs in blocks of 32 in the order of
+//! [`crate::frag::mma_k32_lane`]: lane quad `q` loads depths `8q .. 8q + 8` of its rows
 //! and columns, so with row strides ≡ 1 (mod 32) words (the padded layouts of the FMA tiles) each
 //! scalar fragment load hits 32 distinct banks in either orientation of an operand. Rows and
 //! columns past the output are clamped for loading and never stored; depths outside a term's
 //! range are clamped for loading and their A elements replaced by zero.
 
 use crate::arch::float::pack_bf16x2;
-use crate::arch::mma::mma_m16n8k16_bf16_f32;
+use crate::arch::mma::{mma_m16n8k16_bf16_f32, mma_m16n8k8_tf32_f32};
 use crate::arch::sreg::ld_shared_f32;
 use crate::frag::{acc_m16n8, mma_k32_lane};
 use crate::tile_mac::{Operand, RowSpan, Summed};
@@ -138,6 +144,15 @@ impl<const L: usize> Lines<L> {
     }
 }
 
+/// `x` rounded to TF32 as the `mma` reads it: half a TF32 ulp added to the bit pattern (ties
+/// away from zero, carries into the exponent as rounding should), the low 13 bits left for the
+/// tensor core to drop (it reads a TF32 operand's top 19 bits). One integer add per element where
+/// `cvt.rna.tf32.f32` costs four instructions on sm_90.
+#[inline(always)]
+fn tf32_rounded(x: f32) -> u32 {
+    x.to_bits().wrapping_add(0x1000)
+}
+
 /// A pair of f32 as packed bf16 `hi` and the packed bf16 of the remainders `lo`.
 #[inline(always)]
 fn split_pair(x0: f32, x1: f32) -> (u32, u32) {
@@ -146,14 +161,19 @@ fn split_pair(x0: f32, x1: f32) -> (u32, u32) {
     (hi, pack_bf16x2(x0 - h0, x1 - h1))
 }
 
-/// One 16-deep `mma` step of [`mma_mac`]: this lane's four depths `k_lane .. k_lane + 4`;
-/// `MASKED` clamps every depth into `ks` and zeroes A outside it.
+/// One 4-deep step of [`mma_mac`] for this lane's depths `k_lane .. k_lane + 4`; `MASKED` clamps
+/// every depth into `ks` and zeroes A outside it. `SPLIT = false`: two `mma.m16n8k8` on TF32
+/// operands of two depths each (the lane's quad position `q` of A's and B's depth axis holds
+/// depth `k_lane + 2m`, position `q + 4` depth `k_lane + 2m + 1`, in step `m`). `SPLIT = true`:
+/// one 16-deep `mma.m16n8k16` step (this lane's four depths of it) as three bf16 passes
+/// `lo_A·hi_B + hi_A·lo_B + hi_A·hi_B`. Either way A and B share the permutation of the summed
+/// index, which is all the ISA asks.
 ///
 /// # Safety
 /// As for [`mma_mac`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn step<const NB: usize, const MASKED: bool>(
+unsafe fn step<const NB: usize, const MASKED: bool, const SPLIT: bool>(
     acc: &mut [[f32; 4]; NB],
     row_a: [u32; 2],
     (at_a, at_b): (&Lines<2>, &Lines<NB>),
@@ -182,33 +202,46 @@ unsafe fn step<const NB: usize, const MASKED: bool>(
     };
     // SAFETY: as above.
     let load_b = |nb: usize, j: u32| unsafe { ld_shared_f32(at_b.at(nb, depth(j).0)) };
-    let a_pairs = [
-        split_pair(load_a(0, 0), load_a(0, 1)),
-        split_pair(load_a(1, 0), load_a(1, 1)),
-        split_pair(load_a(0, 2), load_a(0, 3)),
-        split_pair(load_a(1, 2), load_a(1, 3)),
-    ];
-    let a_hi = [a_pairs[0].0, a_pairs[1].0, a_pairs[2].0, a_pairs[3].0];
-    let a_lo = [a_pairs[0].1, a_pairs[1].1, a_pairs[2].1, a_pairs[3].1];
-    for (nb, acc_nb) in acc.iter_mut().enumerate() {
-        let (b0_hi, b0_lo) = split_pair(load_b(nb, 0), load_b(nb, 1));
-        let (b1_hi, b1_lo) = split_pair(load_b(nb, 2), load_b(nb, 3));
-        mma_m16n8k16_bf16_f32(acc_nb, a_lo, [b0_hi, b1_hi]);
-        mma_m16n8k16_bf16_f32(acc_nb, a_hi, [b0_lo, b1_lo]);
-        mma_m16n8k16_bf16_f32(acc_nb, a_hi, [b0_hi, b1_hi]);
+    if SPLIT {
+        let a_pairs = [
+            split_pair(load_a(0, 0), load_a(0, 1)),
+            split_pair(load_a(1, 0), load_a(1, 1)),
+            split_pair(load_a(0, 2), load_a(0, 3)),
+            split_pair(load_a(1, 2), load_a(1, 3)),
+        ];
+        let a_hi = [a_pairs[0].0, a_pairs[1].0, a_pairs[2].0, a_pairs[3].0];
+        let a_lo = [a_pairs[0].1, a_pairs[1].1, a_pairs[2].1, a_pairs[3].1];
+        for (nb, acc_nb) in acc.iter_mut().enumerate() {
+            let (b0_hi, b0_lo) = split_pair(load_b(nb, 0), load_b(nb, 1));
+            let (b1_hi, b1_lo) = split_pair(load_b(nb, 2), load_b(nb, 3));
+            mma_m16n8k16_bf16_f32(acc_nb, a_lo, [b0_hi, b1_hi]);
+            mma_m16n8k16_bf16_f32(acc_nb, a_hi, [b0_lo, b1_lo]);
+            mma_m16n8k16_bf16_f32(acc_nb, a_hi, [b0_hi, b1_hi]);
+        }
+    } else {
+        let a = |h: usize, j: u32| tf32_rounded(load_a(h, j));
+        let a = [
+            [a(0, 0), a(1, 0), a(0, 1), a(1, 1)],
+            [a(0, 2), a(1, 2), a(0, 3), a(1, 3)],
+        ];
+        for (nb, acc_nb) in acc.iter_mut().enumerate() {
+            let b = |j: u32| tf32_rounded(load_b(nb, j));
+            mma_m16n8k8_tf32_f32(acc_nb, a[0], [b(0), b(1)]);
+            mma_m16n8k8_tf32_f32(acc_nb, a[1], [b(2), b(3)]);
+        }
     }
 }
 
 /// `acc[nb] += Σ_{k ∈ ks} wa(row, k)·A(row, k) · wb(k)·B(col, k)` over the tile, the operands
-/// split into bf16 `hi + lo` after weighting (see the module docs); blocks of 32 depths in a fixed
-/// order (deterministic).
+/// split into bf16 `hi + lo` (`SPLIT`) or rounded to TF32 after weighting (see the module docs);
+/// blocks of 32 depths in a fixed order (deterministic).
 ///
 /// # Safety
 /// Every element in the tile's rows and columns (clamped to the output) and depths `ks` must lie
 /// inside the block's shared memory. Every lane of the warp must call it (warp-synchronous `mma`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub unsafe fn mma_mac<const NB: usize>(
+pub unsafe fn mma_mac<const NB: usize, const SPLIT: bool>(
     acc: &mut [[f32; 4]; NB],
     tile: &MmaTile,
     lane: u32,
@@ -232,11 +265,11 @@ pub unsafe fn mma_mac<const NB: usize>(
         // SAFETY: forwarded to the caller.
         unsafe {
             if kb >= ks.start && kb + 32 <= ks.end {
-                step::<NB, false>(acc, rows, at, kb + k8, &ks, &wa, &wb);
-                step::<NB, false>(acc, rows, at, kb + k8 + 4, &ks, &wa, &wb);
+                step::<NB, false, SPLIT>(acc, rows, at, kb + k8, &ks, &wa, &wb);
+                step::<NB, false, SPLIT>(acc, rows, at, kb + k8 + 4, &ks, &wa, &wb);
             } else {
-                step::<NB, true>(acc, rows, at, kb + k8, &ks, &wa, &wb);
-                step::<NB, true>(acc, rows, at, kb + k8 + 4, &ks, &wa, &wb);
+                step::<NB, true, SPLIT>(acc, rows, at, kb + k8, &ks, &wa, &wb);
+                step::<NB, true, SPLIT>(acc, rows, at, kb + k8 + 4, &ks, &wa, &wb);
             }
         }
         kb += 32;
@@ -248,7 +281,7 @@ pub unsafe fn mma_mac<const NB: usize>(
 /// # Safety
 /// As for [`mma_mac`].
 #[inline(always)]
-pub unsafe fn mma_term<const NB: usize>(
+pub unsafe fn mma_term<const NB: usize, const SPLIT: bool>(
     acc: &mut [[f32; 4]; NB],
     tile: &MmaTile,
     lane: u32,
@@ -256,7 +289,7 @@ pub unsafe fn mma_term<const NB: usize>(
 ) {
     // SAFETY: forwarded to the caller.
     unsafe {
-        mma_mac(
+        mma_mac::<NB, SPLIT>(
             acc,
             tile,
             lane,
@@ -275,7 +308,7 @@ pub unsafe fn mma_term<const NB: usize>(
 /// # Safety
 /// As for [`mma_mac`], for every tile.
 #[inline(always)]
-pub unsafe fn product<const NB: usize>(
+pub unsafe fn product<const NB: usize, const SPLIT: bool>(
     (rows, cols): (u32, u32),
     (warp, warps, lane): (u32, u32, u32),
     t: &impl Summed,
@@ -285,7 +318,7 @@ pub unsafe fn product<const NB: usize>(
         let tile = &tile;
         let mut acc = [[0.0f32; 4]; NB];
         // SAFETY: forwarded to the caller.
-        unsafe { mma_term(&mut acc, tile, lane, t) };
+        unsafe { mma_term::<NB, SPLIT>(&mut acc, tile, lane, t) };
         for (nb, acc_nb) in acc.iter().enumerate() {
             for (s, v) in acc_nb.iter().enumerate() {
                 let (row, col, inside) = tile.at(lane, nb, s);
@@ -302,7 +335,7 @@ pub unsafe fn product<const NB: usize>(
 /// # Safety
 /// As for [`mma_mac`], for every tile and both terms.
 #[inline(always)]
-pub unsafe fn product2<const NB: usize>(
+pub unsafe fn product2<const NB: usize, const SPLIT: bool>(
     (rows, cols): (u32, u32),
     (warp, warps, lane): (u32, u32, u32),
     t1: &impl Summed,
@@ -315,8 +348,8 @@ pub unsafe fn product2<const NB: usize>(
         let mut second = [[0.0f32; 4]; NB];
         // SAFETY: forwarded to the caller.
         unsafe {
-            mma_term(&mut first, tile, lane, t1);
-            mma_term(&mut second, tile, lane, t2);
+            mma_term::<NB, SPLIT>(&mut first, tile, lane, t1);
+            mma_term::<NB, SPLIT>(&mut second, tile, lane, t2);
         }
         for nb in 0..NB {
             for s in 0..4 {

@@ -237,6 +237,12 @@ pub mod arch {
     pub mod mma_tf32 {
         use std::sync::atomic::Ordering;
 
+        /// A TF32 operand register as the tensor core reads it: its top 19 bits (the low 13
+        /// mantissa bits dropped).
+        fn tf32_operand(bits: u32) -> f32 {
+            f32::from_bits(bits & !0x1fff)
+        }
+
         pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
             let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
             let warp = (tid / 32) as usize;
@@ -253,11 +259,11 @@ pub mod arch {
                 };
                 for i in 0..4u32 {
                     let (r, c) = super::super::frag::a_m16k8_tf32(l, i);
-                    am[r as usize][c as usize] = f32::from_bits(slot(i as usize));
+                    am[r as usize][c as usize] = tf32_operand(slot(i as usize));
                 }
                 for i in 0..2u32 {
                     let (k, n) = super::super::frag::b_k8n8_tf32(l, i);
-                    bm[k as usize][n as usize] = f32::from_bits(slot(4 + i as usize));
+                    bm[k as usize][n as usize] = tf32_operand(slot(4 + i as usize));
                 }
             }
             launch.warp_barriers[warp].wait();

@@ -32,7 +32,9 @@ pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
 /// `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` (PTX ISA §9.7.13.4.8, sm_80):
 /// `D = A·B + C` with A 16×8 tf32 (row), B 8×8 tf32 (col), C and D 16×8 f32, accumulated in place.
 ///
-/// `a` and `b` hold TF32 bit patterns (see [`crate::arch::float::to_tf32`]).
+/// `a` and `b` hold TF32 operands as f32 bit patterns: the tensor core reads each register's top
+/// 19 bits (sign, exponent, 10 mantissa bits) and drops the low 13, so a caller rounds first
+/// ([`crate::arch::float::to_tf32`], or half a TF32 ulp added to the bits) or accepts truncation.
 #[inline(always)]
 pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
     // SAFETY: register-only warp instruction; all 32 lanes of the warp execute it together.
