@@ -47,6 +47,12 @@ use mamba3_abi::ForwardParams;
 
 const T: u32 = SEGMENT_COMBINE_THREADS;
 
+/// Hand-off slots whose loads the combine issues before it uses the first of them.
+const SLOT_BATCH: u32 = 4;
+
+/// (p, rotation pair)s a combine thread carries through the slots together (strided by the block).
+const PAIR_BATCH: usize = 8;
+
 /// Reads an angle stored in global memory as `hi + lo` (two f32, see [`split_f64`]).
 #[inline(always)]
 unsafe fn ld_angle(base: u64, word: usize) -> f64 {
@@ -84,55 +90,108 @@ pub unsafe fn segment_combine(prm: &SegmentCombineParams) {
     // and the (K−1, Na) shared tables of the launch contract.
     unsafe {
         // The start angle of every slot's segment (θ_end of the one before; 0 for the first),
-        // its cosine and sine; each slot's θ becomes the true θ at its segment's end.
+        // its cosine and sine; each slot's θ becomes the true θ at its segment's end. The θ words
+        // of SLOT_BATCH slots are loaded before any is used: each batch costs one memory
+        // latency rather than one per slot.
         let mut j = tid;
         while j < na {
             let mut theta = 0.0f64;
-            let mut s = 0;
-            while s < slots {
-                let (sn, cs) = sincos(reduced_f32(theta));
-                st_shared_f32(cos_at(s, j), cs);
-                st_shared_f32(sin_at(s, j), sn);
-                let word = 2 * ((row + s as usize) * na as usize + j as usize);
-                theta = wrap_two_pi_f64(theta + ld_angle(prm.seg_theta, word));
-                st_angle(prm.seg_theta, word, theta);
-                s += 1;
+            let mut s0 = 0;
+            while s0 < slots {
+                let batch = (slots - s0).min(SLOT_BATCH);
+                let word = |s: u32| 2 * ((row + s as usize) * na as usize + j as usize);
+                let mut local = [0.0f64; SLOT_BATCH as usize];
+                for v in 0..SLOT_BATCH as usize {
+                    if (v as u32) < batch {
+                        local[v] = ld_angle(prm.seg_theta, word(s0 + v as u32));
+                    }
+                }
+                for v in 0..SLOT_BATCH as usize {
+                    let s = s0 + v as u32;
+                    if (v as u32) < batch {
+                        let (sn, cs) = sincos(reduced_f32(theta));
+                        st_shared_f32(cos_at(s, j), cs);
+                        st_shared_f32(sin_at(s, j), sn);
+                        theta = wrap_two_pi_f64(theta + local[v]);
+                        st_angle(prm.seg_theta, word(s), theta);
+                    }
+                }
+                s0 += batch;
             }
             j += T;
         }
         sync_threads();
-        // One thread per (p, rotation pair): the pair's two state columns through the segments.
+        // Each thread carries PAIR_BATCH (p, rotation pair)s at a time through the segments, the
+        // pairs' two state columns of SLOT_BATCH slots loaded before the first is combined.
         let half = (n / 2).max(1);
         let half_split = prm.rotation == rotation::HALF_SPLIT;
-        let mut e = tid;
-        while e < p * half {
-            let pp = e / half;
-            let j = e - pp * half;
-            let (ia, ib) = if half_split {
-                (j, j + half)
-            } else {
-                (2 * j, 2 * j + 1)
-            };
-            let (mut run_a, mut run_b) = (0.0f32, 0.0f32);
-            let mut s = 0;
-            while s < slots {
-                let at = ((row + s as usize) * p as usize + pp as usize) * n as usize;
-                let (mut la, mut lb) = (
-                    <f32 as Elem>::load(prm.seg_state, at + ia as usize),
-                    <f32 as Elem>::load(prm.seg_state, at + ib as usize),
-                );
-                if j < na {
-                    let (c, sn) = (ld_shared_f32(cos_at(s, j)), ld_shared_f32(sin_at(s, j)));
-                    (la, lb) = (c * la - sn * lb, sn * la + c * lb);
-                }
-                let d = <f32 as Elem>::load(prm.seg_decay, row + s as usize);
-                run_a = d * run_a + la;
-                run_b = d * run_b + lb;
-                <f32 as Elem>::store(prm.seg_state, at + ia as usize, run_a);
-                <f32 as Elem>::store(prm.seg_state, at + ib as usize, run_b);
-                s += 1;
+        let pairs = p * half;
+        let mut e0 = tid;
+        while e0 < pairs {
+            // Indexed loops over constant bounds (unrolled, so the arrays stay in registers).
+            let mut col_a = [0u32; PAIR_BATCH];
+            let mut col_b = [0u32; PAIR_BATCH];
+            let mut angle = [0u32; PAIR_BATCH];
+            let mut inside = [false; PAIR_BATCH];
+            for u in 0..PAIR_BATCH {
+                let e = e0 + u as u32 * T;
+                let (pp, j) = (e / half, e % half);
+                let (ia, ib) = if half_split {
+                    (j, j + half)
+                } else {
+                    (2 * j, 2 * j + 1)
+                };
+                col_a[u] = pp * n + ia;
+                col_b[u] = pp * n + ib;
+                angle[u] = j;
+                inside[u] = e < pairs;
             }
-            e += T;
+            let mut run_a = [0.0f32; PAIR_BATCH];
+            let mut run_b = [0.0f32; PAIR_BATCH];
+            let mut s0 = 0;
+            while s0 < slots {
+                let batch = (slots - s0).min(SLOT_BATCH);
+                let mut la = [[0.0f32; PAIR_BATCH]; SLOT_BATCH as usize];
+                let mut lb = [[0.0f32; PAIR_BATCH]; SLOT_BATCH as usize];
+                let mut decay = [0.0f32; SLOT_BATCH as usize];
+                for v in 0..SLOT_BATCH as usize {
+                    if (v as u32) < batch {
+                        let slot = row + (s0 as usize + v);
+                        let at = slot * (p * n) as usize;
+                        decay[v] = <f32 as Elem>::load(prm.seg_decay, slot);
+                        for u in 0..PAIR_BATCH {
+                            if inside[u] {
+                                let (a, b) = (at + col_a[u] as usize, at + col_b[u] as usize);
+                                la[v][u] = <f32 as Elem>::load(prm.seg_state, a);
+                                lb[v][u] = <f32 as Elem>::load(prm.seg_state, b);
+                            }
+                        }
+                    }
+                }
+                for v in 0..SLOT_BATCH as usize {
+                    if (v as u32) < batch {
+                        let s = s0 + v as u32;
+                        let at = (row + s as usize) * (p * n) as usize;
+                        for u in 0..PAIR_BATCH {
+                            let (mut a, mut b) = (la[v][u], lb[v][u]);
+                            if angle[u] < na {
+                                let cs = ld_shared_f32(cos_at(s, angle[u]));
+                                let sn = ld_shared_f32(sin_at(s, angle[u]));
+                                (a, b) = (cs * a - sn * b, sn * a + cs * b);
+                            }
+                            run_a[u] = decay[v] * run_a[u] + a;
+                            run_b[u] = decay[v] * run_b[u] + b;
+                            if inside[u] {
+                                let (a, b) = (at + col_a[u] as usize, at + col_b[u] as usize);
+                                <f32 as Elem>::store(prm.seg_state, a, run_a[u]);
+                                <f32 as Elem>::store(prm.seg_state, b, run_b[u]);
+                            }
+                        }
+                    }
+                }
+                s0 += batch;
+            }
+            e0 += PAIR_BATCH as u32 * T;
         }
     }
 }
