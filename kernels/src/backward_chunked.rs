@@ -865,7 +865,9 @@ unsafe fn row_inputs<X: Elem>(
 /// rank `i mod R` is fixed): from y (in `dl`) and the inter outputs (in `ds`) computes δ (into
 /// `dl`), ∂gate·silu' (into `ds`), the inter part of ∂A per row, and this warp's mimo_o / mimo_z /
 /// norm / D partials. The rank's parameters are loaded once, and each row's ∂L/∂out and z while
-/// the row before it is processed.
+/// the row before it is processed; the partials are summed over the warp's rows in registers and
+/// added to the warp's region once (a shared read-modify-write per row and element was a chain
+/// of dependent shared accesses).
 #[inline(always)]
 unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Cx, t0: usize, len: u32) {
     let lay = &cx.lay;
@@ -895,6 +897,8 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Cx, t0: usize, len
                 }
             }
         }
+        // Per element: the mimo_o, mimo_z, norm-weight and D partials of the warp's rows.
+        let mut part = [[0.0f32; 4]; MAX_PU];
         let mut i = cx.warp;
         let mut cur = row_inputs::<X>(prm, cx, t0 + cx.row_tok(i) as usize, r);
         while i < valid {
@@ -938,18 +942,15 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Cx, t0: usize, len
                 let pp = cx.lane + 32 * u as u32;
                 if pp < cx.p {
                     let (yv, d, [g, gp]) = (ys[u], dv[u], gates[u]);
-                    let a_mo = cx.sm(acc, pp);
-                    let a_mz = cx.sm(acc, cx.p + pp);
-                    let a_nw = cx.sm(acc, 2 * cx.p + pp);
-                    let a_d = cx.sm(acc, 3 * cx.p + pp);
+                    let [p_mo, p_mz, p_nw, p_d] = &mut part[u];
                     let (delta, dgate) = if fused {
                         let yhat = yv * rstd;
                         let dyhat = d * nw[u] * g * mo[u];
-                        st_shared_f32(a_nw, ld_shared_f32(a_nw) + d * yhat * g * mo[u]);
-                        st_shared_f32(a_mo, ld_shared_f32(a_mo) + d * yhat * nw[u] * g);
+                        *p_nw += d * yhat * g * mo[u];
+                        *p_mo += d * yhat * nw[u] * g;
                         (rstd * (dyhat - yhat * md), d * yhat * nw[u] * mo[u])
                     } else if gated {
-                        st_shared_f32(a_mo, ld_shared_f32(a_mo) + d * yv * g);
+                        *p_mo += d * yv * g;
                         (d * mo[u] * g, d * mo[u] * yv)
                     } else {
                         (d * g, d * yv)
@@ -958,10 +959,9 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Cx, t0: usize, len
                     inter += delta * ld_shared_f32(yi_addr);
                     st_shared_f32(yi_addr, dgate * gp);
                     if prm.z != 0 {
-                        st_shared_f32(a_mz, ld_shared_f32(a_mz) + dgate * gp * zv[u]);
+                        *p_mz += dgate * gp * zv[u];
                     }
-                    let xv = ld_shared_f32(cx.sm(lay.x, i * lay.sp + pp));
-                    st_shared_f32(a_d, ld_shared_f32(a_d) + delta * xv);
+                    *p_d += delta * ld_shared_f32(cx.sm(lay.x, i * lay.sp + pp));
                     st_shared_f32(cx.sm(lay.dl, i * lay.sp + pp), delta);
                 }
             }
@@ -971,6 +971,15 @@ unsafe fn output_backward<X: Elem>(prm: &BackwardParams, cx: &Cx, t0: usize, len
             }
             cur = next;
             i = next_i;
+        }
+        for (u, sums) in part.iter().enumerate() {
+            let pp = cx.lane + 32 * u as u32;
+            if pp < cx.p {
+                for (k, v) in sums.iter().enumerate() {
+                    let a = cx.sm(acc, k as u32 * cx.p + pp);
+                    st_shared_f32(a, ld_shared_f32(a) + v);
+                }
+            }
         }
     }
 }

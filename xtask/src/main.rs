@@ -228,7 +228,7 @@ if [ $sanitize = 1 ]; then
     for tool in memcheck racecheck; do
       MAMBA3_PROPTEST_CASES=6 run_one "$(basename "$t")-$tool" compute-sanitizer --tool $tool --error-exitcode 99 \
         "$t" --test-threads=1 --nocapture --skip upstream_geometries --skip does_not_grow_with_sequence_length \
-        --skip reference_geometry
+        --skip long_sequences --skip reference_geometry
     done
   done
   echo "GPU suite under the sanitizers: $passed passed, $failed failed${broken:+ (broken:$broken)}"
