@@ -13,22 +13,23 @@
 //! bytes; every pointer of [`DecodeParams`] valid for its documented shape (the host validates).
 
 use mamba3_abi::{
-    align4, decode_column_splits, decode_state_stride, output_mode, rotation, DecodeParams, DecodeSmem, DECODE_WARPS,
+    align4, decode_column_splits, decode_state_stride, output_mode, rotation, DecodeParams,
+    DecodeSmem, DECODE_WARPS,
 };
 
-use crate::smem::{at, ld_shared_f64, st_shared_f64};
+use crate::angles::{advance, reduced_f32, stored_f32};
 use crate::arch::cp_async;
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32,
-    sync_threads, thread_x,
+    block_x, block_y, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32,
+    st_shared_v4_f32, sync_threads, thread_x,
 };
 use crate::elem::Elem;
 use crate::geometry::Geometry;
 #[cfg(target_arch = "nvptx64")]
 use crate::geometry::{AnyGeometry, FixedGeometry};
-use crate::angles::{advance, reduced_f32, stored_f32};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
+use crate::smem::{at, ld_shared_f64, st_shared_f64};
 use crate::warp_reduce;
 
 const THREADS: u32 = 32 * DECODE_WARPS;
@@ -66,7 +67,12 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
     let bh = b * heads + h;
     let half_n = n / 2;
     let rp = r_count * p;
-    let (w_mimo_v, w_mimo_z, w_mimo_o, w_norm) = (lay.weights, lay.weights + rp, lay.weights + 2 * rp, lay.weights + 3 * rp);
+    let (w_mimo_v, w_mimo_z, w_mimo_o, w_norm) = (
+        lay.weights,
+        lay.weights + rp,
+        lay.weights + 2 * rp,
+        lay.weights + 3 * rp,
+    );
     let (w_prev, w_cur) = (lay.row_weights, lay.row_weights + rp);
     let has_z = prm.z != 0;
     let k_stride = align4(r_count * n);
@@ -105,16 +111,33 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
         while i < rp {
             let g = h * rp + i;
             st_shared_f32(at(sm, w_mimo_v, i), ld(prm.mimo_v, g));
-            st_shared_f32(at(sm, w_mimo_z, i), if has_z { ld(prm.mimo_z, g) } else { 0.0 });
-            st_shared_f32(at(sm, w_mimo_o, i), if prm.mimo_o != 0 { ld(prm.mimo_o, g) } else { 0.0 });
+            st_shared_f32(
+                at(sm, w_mimo_z, i),
+                if has_z { ld(prm.mimo_z, g) } else { 0.0 },
+            );
+            st_shared_f32(
+                at(sm, w_mimo_o, i),
+                if prm.mimo_o != 0 {
+                    ld(prm.mimo_o, g)
+                } else {
+                    0.0
+                },
+            );
             i += THREADS;
         }
         let mut i = tid;
         while i < p {
-            let w = if prm.norm_weight != 0 { ld(prm.norm_weight, h * p + i) } else { 0.0 };
+            let w = if prm.norm_weight != 0 {
+                ld(prm.norm_weight, h * p + i)
+            } else {
+                0.0
+            };
             st_shared_f32(at(sm, w_norm, i), w);
             // Previous-token raw v goes to buffer 0; token t reads buffer t % 2, writes (t + 1) % 2.
-            st_shared_f32(at(sm, lay.v, i), X::load(prm.v_state, (bh * p + i) as usize));
+            st_shared_f32(
+                at(sm, lay.v, i),
+                X::load(prm.v_state, (bh * p + i) as usize),
+            );
             i += THREADS;
         }
         let mut j = tid;
@@ -125,7 +148,10 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
         for r in 0..ranks {
             let mut col = tid;
             while col < n {
-                let k = X::load(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize);
+                let k = X::load(
+                    prm.k_state,
+                    (((b * r_count + r) * heads + h) * n + col) as usize,
+                );
                 st_shared_f32(at(sm, lay.k_rot, r * n + col), k);
                 col += THREADS;
             }
@@ -181,26 +207,33 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
 
             // --- Bias, then rotation, of q and k: one thread per (rank, pair) ---
             for r in 0..ranks {
-              let mut i = tid;
-              while i < half_n {
-                let (n0, n1) = if prm.rotation == rotation::PAIRWISE { (2 * i, 2 * i + 1) } else { (i, i + half_n) };
-                let qk_row = (((b * tokens + t) * r_count + r) * prm.groups + group) * n;
-                let bias_row = (h * r_count + r) * n;
-                let q0 = X::load(prm.q, (qk_row + n0) as usize) + ld(prm.q_bias, bias_row + n0);
-                let q1 = X::load(prm.q, (qk_row + n1) as usize) + ld(prm.q_bias, bias_row + n1);
-                let k0 = X::load(prm.k, (qk_row + n0) as usize) + ld(prm.k_bias, bias_row + n0);
-                let k1 = X::load(prm.k, (qk_row + n1) as usize) + ld(prm.k_bias, bias_row + n1);
-                let (s, c) = if i < na {
-                    (ld_shared_f32(at(sm, lay.theta, 2 * na + 2 * i)), ld_shared_f32(at(sm, lay.theta, 2 * na + 2 * i + 1)))
-                } else {
-                    (0.0, 1.0)
-                };
-                st_shared_f32(at(sm, lay.q_rot, r * n + n0), q0 * c - q1 * s);
-                st_shared_f32(at(sm, lay.q_rot, r * n + n1), q0 * s + q1 * c);
-                st_shared_f32(at(sm, k_cur, r * n + n0), k0 * c - k1 * s);
-                st_shared_f32(at(sm, k_cur, r * n + n1), k0 * s + k1 * c);
-                i += THREADS;
-              }
+                let mut i = tid;
+                while i < half_n {
+                    let (n0, n1) = if prm.rotation == rotation::PAIRWISE {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + half_n)
+                    };
+                    let qk_row = (((b * tokens + t) * r_count + r) * prm.groups + group) * n;
+                    let bias_row = (h * r_count + r) * n;
+                    let q0 = X::load(prm.q, (qk_row + n0) as usize) + ld(prm.q_bias, bias_row + n0);
+                    let q1 = X::load(prm.q, (qk_row + n1) as usize) + ld(prm.q_bias, bias_row + n1);
+                    let k0 = X::load(prm.k, (qk_row + n0) as usize) + ld(prm.k_bias, bias_row + n0);
+                    let k1 = X::load(prm.k, (qk_row + n1) as usize) + ld(prm.k_bias, bias_row + n1);
+                    let (s, c) = if i < na {
+                        (
+                            ld_shared_f32(at(sm, lay.theta, 2 * na + 2 * i)),
+                            ld_shared_f32(at(sm, lay.theta, 2 * na + 2 * i + 1)),
+                        )
+                    } else {
+                        (0.0, 1.0)
+                    };
+                    st_shared_f32(at(sm, lay.q_rot, r * n + n0), q0 * c - q1 * s);
+                    st_shared_f32(at(sm, lay.q_rot, r * n + n1), q0 * s + q1 * c);
+                    st_shared_f32(at(sm, k_cur, r * n + n0), k0 * c - k1 * s);
+                    st_shared_f32(at(sm, k_cur, r * n + n1), k0 * s + k1 * c);
+                    i += THREADS;
+                }
             }
             sync_threads();
 
@@ -227,7 +260,10 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                         }
                     }
                     let mut acc = [[0.0f32; R]; 2];
-                    let rows = [at(sm, lay.state, row0 * stride), at(sm, lay.state, row1 * stride)];
+                    let rows = [
+                        at(sm, lay.state, row0 * stride),
+                        at(sm, lay.state, row1 * stride),
+                    ];
                     // Byte addresses of rank r's vectors at column 0; a column adds 4 bytes.
                     let mut kp_base = [0u32; R];
                     let mut kc_base = [0u32; R];
@@ -243,7 +279,10 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                         let end = 4 * n.min(4 * (split + 1) * span);
                         let mut off = first;
                         while off < end {
-                            let mut s4 = [ld_shared_v4_f32(rows[0] + off), ld_shared_v4_f32(rows[1] + off)];
+                            let mut s4 = [
+                                ld_shared_v4_f32(rows[0] + off),
+                                ld_shared_v4_f32(rows[1] + off),
+                            ];
                             for row in s4.iter_mut() {
                                 for v in row.iter_mut() {
                                     *v *= alpha;
@@ -254,7 +293,11 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                                 let kc = ld_shared_v4_f32(kc_base[r] + off);
                                 for k in 0..2 {
                                     for e in 0..4 {
-                                        s4[k][e] = fma_rn(wp[k][r], kp[e], fma_rn(wc[k][r], kc[e], s4[k][e]));
+                                        s4[k][e] = fma_rn(
+                                            wp[k][r],
+                                            kp[e],
+                                            fma_rn(wc[k][r], kc[e], s4[k][e]),
+                                        );
                                     }
                                 }
                             }
@@ -277,7 +320,10 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                         let end = 4 * n.min((split + 1) * span);
                         let mut off = 4 * split * span;
                         while off < end {
-                            let mut s = [alpha * ld_shared_f32(rows[0] + off), alpha * ld_shared_f32(rows[1] + off)];
+                            let mut s = [
+                                alpha * ld_shared_f32(rows[0] + off),
+                                alpha * ld_shared_f32(rows[1] + off),
+                            ];
                             for r in 0..R {
                                 let kp = ld_shared_f32(kp_base[r] + off);
                                 let kc = ld_shared_f32(kc_base[r] + off);
@@ -314,7 +360,9 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                 let mut row = tid;
                 while row < p {
                     let idx = r * p + row;
-                    let mut y = d_skip * ld_shared_f32(at(sm, v_cur, row)) * ld_shared_f32(at(sm, w_mimo_v, idx));
+                    let mut y = d_skip
+                        * ld_shared_f32(at(sm, v_cur, row))
+                        * ld_shared_f32(at(sm, w_mimo_v, idx));
                     for sp in 0..splits {
                         y += ld_shared_f32(at(sm, lay.y_part, (sp * r_count + r) * p + row));
                     }
@@ -337,7 +385,10 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                     }
                     let total_sq = warp_reduce::sum(sq);
                     if lane == 0 {
-                        st_shared_f32(at(sm, lay.rstd, r), rsqrt(total_sq / p as f32 + prm.norm_eps));
+                        st_shared_f32(
+                            at(sm, lay.rstd, r),
+                            rsqrt(total_sq / p as f32 + prm.norm_eps),
+                        );
                     }
                     r += DECODE_WARPS;
                 }
@@ -345,7 +396,10 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
             }
             let gate = |r: u32, i: u32| {
                 if has_z {
-                    silu(ld_shared_f32(at(sm, lay.z, i)) * ld_shared_f32(at(sm, w_mimo_z, r * p + i)))
+                    silu(
+                        ld_shared_f32(at(sm, lay.z, i))
+                            * ld_shared_f32(at(sm, w_mimo_z, r * p + i)),
+                    )
                 } else {
                     1.0
                 }
@@ -355,7 +409,11 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                     let mut i = tid;
                     while i < p {
                         let y = ld_shared_f32(at(sm, lay.y, r * p + i)) * gate(r, i);
-                        X::store(prm.out, ((((b * tokens + t) * r_count + r) * heads + h) * p + i) as usize, y);
+                        X::store(
+                            prm.out,
+                            ((((b * tokens + t) * r_count + r) * heads + h) * p + i) as usize,
+                            y,
+                        );
                         i += THREADS;
                     }
                 }
@@ -363,10 +421,18 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
                 let norm = prm.mode == output_mode::FUSED_NORM;
                 let mut i = tid;
                 while i < p {
-                    let w = if norm { ld_shared_f32(at(sm, w_norm, i)) } else { 1.0 };
+                    let w = if norm {
+                        ld_shared_f32(at(sm, w_norm, i))
+                    } else {
+                        1.0
+                    };
                     let mut out = 0.0f32;
                     for r in 0..ranks {
-                        let rstd = if norm { ld_shared_f32(at(sm, lay.rstd, r)) } else { 1.0 };
+                        let rstd = if norm {
+                            ld_shared_f32(at(sm, lay.rstd, r))
+                        } else {
+                            1.0
+                        };
                         let y = ld_shared_f32(at(sm, lay.y, r * p + i)) * rstd;
                         out += y * w * gate(r, i) * ld_shared_f32(at(sm, w_mimo_o, r * p + i));
                     }
@@ -400,7 +466,8 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
         }
         let mut j = tid;
         while j < na {
-            *((prm.theta as *mut f32).add((bh * na + j) as usize)) = stored_f32(ld_shared_f64(at(sm, lay.theta, 2 * j)));
+            *((prm.theta as *mut f32).add((bh * na + j) as usize)) =
+                stored_f32(ld_shared_f64(at(sm, lay.theta, 2 * j)));
             j += THREADS;
         }
         let last = tokens % 2;
@@ -408,13 +475,21 @@ pub unsafe fn decode<X: Elem, const R: usize, G: Geometry>(prm: &DecodeParams) {
             let mut col = tid;
             while col < n {
                 let v = ld_shared_f32(at(sm, lay.k_rot + last * k_stride, r * n + col));
-                X::store(prm.k_state, (((b * r_count + r) * heads + h) * n + col) as usize, v);
+                X::store(
+                    prm.k_state,
+                    (((b * r_count + r) * heads + h) * n + col) as usize,
+                    v,
+                );
                 col += THREADS;
             }
         }
         let mut i = tid;
         while i < p {
-            X::store(prm.v_state, (bh * p + i) as usize, ld_shared_f32(at(sm, lay.v + last * v_stride, i)));
+            X::store(
+                prm.v_state,
+                (bh * p + i) as usize,
+                ld_shared_f32(at(sm, lay.v + last * v_stride, i)),
+            );
             i += THREADS;
         }
     }

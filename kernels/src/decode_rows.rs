@@ -32,27 +32,27 @@
 //! [`DecodeParams`] valid for its documented shape (the host validates).
 
 use mamba3_abi::{
-    decode_rows_max_per_warp, decode_rows_weight_stride, output_mode, rotation, DecodeParams, DecodeRowsSmem,
-    DECODE_ROWS_WARPS,
+    decode_rows_max_per_warp, decode_rows_weight_stride, output_mode, rotation, DecodeParams,
+    DecodeRowsSmem, DECODE_ROWS_WARPS,
 };
 
-use crate::smem::at;
+use crate::angles::{advance, reduced_f32, stored_f32};
 use crate::arch::cp_async::{commit_group, cp_async_ca_8, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
-    atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_u32,
-    st_global_v4_f32,
+    atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32,
+    st_global_u32, st_global_v4_f32,
 };
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32, st_shared_v4_f32, sync_threads,
-    thread_x,
+    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v4_f32, opaque_u32, smem_base,
+    st_shared_f32, st_shared_v4_f32, sync_threads, thread_x,
 };
 use crate::elem::Elem;
 use crate::geometry::Geometry;
 #[cfg(target_arch = "nvptx64")]
 use crate::geometry::{AnyGeometry, FixedGeometry};
-use crate::angles::{advance, reduced_f32, stored_f32};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos};
+use crate::smem::at;
 use crate::warp_reduce;
 
 const THREADS: u32 = 32 * DECODE_ROWS_WARPS;
@@ -128,10 +128,15 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
     let norm = prm.mode == output_mode::FUSED_NORM;
     // This warp's rows (local to the block) and this lane's quad of columns.
     let warp_first = warp * rows_per_warp;
-    let warp_rows = if warp_first < rows_here { rows_per_warp.min(rows_here - warp_first) } else { 0 };
+    let warp_rows = if warp_first < rows_here {
+        rows_per_warp.min(rows_here - warp_first)
+    } else {
+        0
+    };
     let col = 4 * lane;
     let active = col < n;
-    let warp_state = prm.ssm + 4 * ((bh * p + first_row + warp_first) as u64 * n as u64 + col as u64);
+    let warp_state =
+        prm.ssm + 4 * ((bh * p + first_row + warp_first) as u64 * n as u64 + col as u64);
 
     // SAFETY (whole body): indices stay inside the shapes of the launch contract; shared offsets
     // inside `lay`; barriers are reached by every thread (no early return); shuffles by whole warps.
@@ -157,7 +162,11 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         let pair_of = |k: usize, tid: u32| {
             let item = tid + k as u32 * THREADS;
             let (r, i) = (item / half_n, item % half_n);
-            let (n0, n1) = if prm.rotation == rotation::PAIRWISE { (2 * i, 2 * i + 1) } else { (i, i + half_n) };
+            let (n0, n1) = if prm.rotation == rotation::PAIRWISE {
+                (2 * i, 2 * i + 1)
+            } else {
+                (i, i + half_n)
+            };
             (item < r_count * half_n, r, i, n0, n1)
         };
         // Token `t`'s global inputs for thread `tid`: the scalars, the angle logit, raw q and k of
@@ -174,7 +183,8 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 ..TokenInputs::default()
             };
             if angle < na {
-                inp.logit = ld_global_nc_f32(gf(prm.angles, ((b * tokens + t) * heads + h) * na + angle));
+                inp.logit =
+                    ld_global_nc_f32(gf(prm.angles, ((b * tokens + t) * heads + h) * na + angle));
             }
             for (k, v4) in inp.rot.iter_mut().enumerate().take(rot_items(R)) {
                 let (valid, r, _, n0, n1) = pair_of(k, tid);
@@ -207,13 +217,25 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         // spill with the first token's inputs held through the setup: they load them in the
         // token loop, a second memory latency.
         let early = G::DIMS.is_some() || R != 4;
-        let mut inp = if early { load_token(0, tid) } else { TokenInputs::default() };
+        let mut inp = if early {
+            load_token(0, tid)
+        } else {
+            TokenInputs::default()
+        };
         // --- Small states: θ (a thread per angle, in a register for the whole call), k̂_prev ---
         // Angle `THREADS − 1 − tid`: the last warps own the angles, whose f64 step is a long
         // dependency chain, so it overlaps the first warps' per-row weights.
         let angle = THREADS - 1 - tid;
-        let mut theta = if angle < na { ld_global_f32(gf(prm.theta, bh * na + angle)) as f64 } else { 0.0 };
-        let (p_mimo_v, p_mimo_z, p_out_w) = (lay.row_params, lay.row_params + row_items, lay.row_params + 2 * row_items);
+        let mut theta = if angle < na {
+            ld_global_f32(gf(prm.theta, bh * na + angle)) as f64
+        } else {
+            0.0
+        };
+        let (p_mimo_v, p_mimo_z, p_out_w) = (
+            lay.row_params,
+            lay.row_params + row_items,
+            lay.row_params + 2 * row_items,
+        );
         // The setup's loads: this head's biases (contiguous `(R,N)` f32 blocks)
         // are copied by `cp.async` in 16-byte units; k̂_prev (a quad of columns per item) and the
         // per-row parameters (mimo_v, mimo_z, mimo_o·norm weight of one (row, rank) per item)
@@ -225,7 +247,11 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         let kprev_async = G::DIMS.is_some();
         let mut u = tid;
         while u < 2 * quads {
-            let (region, src) = if u < quads { (lay.bias, prm.q_bias) } else { (lay.bias + k_stride, prm.k_bias) };
+            let (region, src) = if u < quads {
+                (lay.bias, prm.q_bias)
+            } else {
+                (lay.bias + k_stride, prm.k_bias)
+            };
             let e = 4 * (u % quads);
             cp_async_cg_16(at(sm, region, e), gf(src, h * k_stride + e) as *const u8);
             u += THREADS;
@@ -248,7 +274,10 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 if X::BYTES == 4 {
                     cp_async_cg_16(at(sm, lay.k_rot, e), gf(prm.k_state, src) as *const u8);
                 } else {
-                    cp_async_ca_8(at(sm, lay.q_rot, e / 2), (prm.k_state + 2 * src as u64) as *const u8);
+                    cp_async_ca_8(
+                        at(sm, lay.q_rot, e / 2),
+                        (prm.k_state + 2 * src as u64) as *const u8,
+                    );
                 }
             }
             let mut rp = [0.0f32, 0.0, 1.0, 1.0];
@@ -278,7 +307,11 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             item += THREADS;
         }
         commit_group();
-        let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
+        let d_skip = if prm.d != 0 {
+            ld_global_nc_f32(gf(prm.d, h))
+        } else {
+            0.0
+        };
         let mut arrived = 0u32;
         // No barrier here: before the first token's barrier a thread reads only the row
         // parameters it staged itself, and that barrier (after each thread's `wait_group`)
@@ -297,7 +330,15 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             if t > 0 || !early {
                 inp = load_token(t, tid);
             }
-            let TokenInputs { dt, adt, trap, logit, rot, v: item_v, z } = inp;
+            let TokenInputs {
+                dt,
+                adt,
+                trap,
+                logit,
+                rot,
+                v: item_v,
+                z,
+            } = inp;
             let (trap, z) = (X::widen(trap), X::widen(z));
             let item_v = [X::widen(item_v[0]), X::widen(item_v[1])];
             let angle = THREADS - 1 - tid;
@@ -319,7 +360,10 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 let [vc, vp] = item_v;
                 let mv = ld_shared_f32(at(sm, p_mimo_v, tid));
                 st_shared_f32(at(sm, lay.weights, i * w_stride + r), beta * vp * mv);
-                st_shared_f32(at(sm, lay.weights, i * w_stride + r_count + r), gamma * vc * mv);
+                st_shared_f32(
+                    at(sm, lay.weights, i * w_stride + r_count + r),
+                    gamma * vc * mv,
+                );
             }
             // --- Angles: θ += π·tanh(logit)·Δ in [0, 2π) (f64 across the call), one sincos per angle ---
             if angle < na {
@@ -336,7 +380,10 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 let mut quad = tid;
                 while quad < quads {
                     let e = 4 * quad;
-                    let raw = [ld_shared_u32(at(sm, lay.q_rot, e / 2)), ld_shared_u32(at(sm, lay.q_rot, e / 2 + 1))];
+                    let raw = [
+                        ld_shared_u32(at(sm, lay.q_rot, e / 2)),
+                        ld_shared_u32(at(sm, lay.q_rot, e / 2 + 1)),
+                    ];
                     let wide = [
                         f32::from_bits(raw[0] << 16),
                         f32::from_bits(raw[0] & 0xffff_0000),
@@ -363,12 +410,22 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 let (valid, r, i, n0, n1) = pair_of(k, tid);
                 if valid {
                     let (s, c) = if i < na {
-                        (ld_shared_f32(at(sm, lay.sin, i)), ld_shared_f32(at(sm, lay.cos, i)))
+                        (
+                            ld_shared_f32(at(sm, lay.sin, i)),
+                            ld_shared_f32(at(sm, lay.cos, i)),
+                        )
                     } else {
                         (0.0, 1.0)
                     };
-                    let bias = |v: u32, col: u32| ld_shared_f32(at(sm, lay.bias + v * k_stride, r * n + col));
-                    let [q0, q1, k0, k1] = [X::widen(v4[0]), X::widen(v4[1]), X::widen(v4[2]), X::widen(v4[3])];
+                    let bias = |v: u32, col: u32| {
+                        ld_shared_f32(at(sm, lay.bias + v * k_stride, r * n + col))
+                    };
+                    let [q0, q1, k0, k1] = [
+                        X::widen(v4[0]),
+                        X::widen(v4[1]),
+                        X::widen(v4[2]),
+                        X::widen(v4[3]),
+                    ];
                     let (q0, q1) = (q0 + bias(0, n0), q1 + bias(0, n1));
                     let (k0, k1) = (k0 + bias(1, n0), k1 + bias(1, n1));
                     st_shared_f32(at(sm, lay.q_rot, r * n + n0), q0 * c - q1 * s);
@@ -416,7 +473,11 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                     }
                     let mut acc = [0.0f32; R];
                     for (r, a) in acc.iter_mut().enumerate() {
-                        let qv = if active { ld_shared_v4_f32(at(sm, lay.q_rot, r as u32 * n + col)) } else { [0.0; 4] };
+                        let qv = if active {
+                            ld_shared_v4_f32(at(sm, lay.q_rot, r as u32 * n + col))
+                        } else {
+                            [0.0; 4]
+                        };
                         for e in 0..4 {
                             *a = fma_rn(s[e], qv[e], *a);
                         }
@@ -450,7 +511,9 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
 
             // --- Outputs: D, gate, optional head-wise RMSNorm over P per rank, contraction ---
             let y_full = |r: u32, i: u32| {
-                let skip = d_skip * ld_shared_f32(at(sm, lay.v, i)) * ld_shared_f32(at(sm, p_mimo_v, i * r_count + r));
+                let skip = d_skip
+                    * ld_shared_f32(at(sm, lay.v, i))
+                    * ld_shared_f32(at(sm, p_mimo_v, i * r_count + r));
                 skip + ld_shared_f32(at(sm, lay.y, r * block_rows + i))
             };
             let mut rstd = [1.0f32; R];
@@ -467,7 +530,10 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                     }
                     let total_sq = warp_reduce::sum(sq);
                     if lane == 0 {
-                        st_shared_f32(at(sm, lay.rstd, r), rsqrt(total_sq / p as f32 + prm.norm_eps));
+                        st_shared_f32(
+                            at(sm, lay.rstd, r),
+                            rsqrt(total_sq / p as f32 + prm.norm_eps),
+                        );
                     }
                     r += DECODE_ROWS_WARPS;
                 }
@@ -478,7 +544,10 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             }
             let gate = |r: u32, i: u32| {
                 if has_z {
-                    silu(ld_shared_f32(at(sm, lay.z, i)) * ld_shared_f32(at(sm, p_mimo_z, i * r_count + r)))
+                    silu(
+                        ld_shared_f32(at(sm, lay.z, i))
+                            * ld_shared_f32(at(sm, p_mimo_z, i * r_count + r)),
+                    )
                 } else {
                     1.0
                 }
@@ -488,7 +557,12 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                 while item < row_items {
                     let (i, r) = (item / r_count, item % r_count);
                     let y = y_full(r, i) * gate(r, i);
-                    X::store(prm.out, ((((b * tokens + t) * r_count + r) * heads + h) * p + first_row + i) as usize, y);
+                    X::store(
+                        prm.out,
+                        ((((b * tokens + t) * r_count + r) * heads + h) * p + first_row + i)
+                            as usize,
+                        y,
+                    );
                     item += THREADS;
                 }
             } else {
@@ -497,7 +571,10 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
                     let mut out = 0.0f32;
                     for (r, &rs) in rstd.iter().enumerate() {
                         let r = r as u32;
-                        out += y_full(r, i) * rs * gate(r, i) * ld_shared_f32(at(sm, p_out_w, i * r_count + r));
+                        out += y_full(r, i)
+                            * rs
+                            * gate(r, i)
+                            * ld_shared_f32(at(sm, p_out_w, i * r_count + r));
                     }
                     X::store(prm.out, (token_hp + first_row + i) as usize, out);
                     i += THREADS;
@@ -511,7 +588,11 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
         // --- Write back: raw v of the last token; θ and k̂ by the owner ---
         let mut i = tid;
         while i < rows_here {
-            X::store(prm.v_state, (bh * p + first_row + i) as usize, ld_shared_f32(at(sm, lay.v, i)));
+            X::store(
+                prm.v_state,
+                (bh * p + first_row + i) as usize,
+                ld_shared_f32(at(sm, lay.v, i)),
+            );
             i += THREADS;
         }
         if ld_shared_f32(at(sm, lay.owner, 0)) != 0.0 {
@@ -522,7 +603,11 @@ pub unsafe fn decode_rows<X: Elem, const R: usize, G: Geometry>(prm: &DecodePara
             let mut i = tid;
             while i < k_stride {
                 let (r, c) = (i / n, i % n);
-                X::store(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize, ld_shared_f32(at(sm, last, i)));
+                X::store(
+                    prm.k_state,
+                    (((b * r_count + r) * heads + h) * n + c) as usize,
+                    ld_shared_f32(at(sm, last, i)),
+                );
                 i += THREADS;
             }
         }

@@ -35,25 +35,25 @@
 //! documented shape (the host validates).
 
 use mamba3_abi::{
-    decode_rows_weight_stride, output_mode, rotation, DecodeParams, DecodeStreamSmem, DECODE_STREAM_DEPTH, DECODE_STREAM_GROUP,
-    DECODE_STREAM_WARPS,
+    decode_rows_weight_stride, output_mode, rotation, DecodeParams, DecodeStreamSmem,
+    DECODE_STREAM_DEPTH, DECODE_STREAM_GROUP, DECODE_STREAM_WARPS,
 };
 
+use crate::angles::{advance, reduced_f32, stored_f32};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
-    atom_add_acq_rel_cta_u32, atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32, st_global_f32, st_global_u32,
-    st_global_v4_f32,
+    atom_add_acq_rel_cta_u32, atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32,
+    st_global_f32, st_global_u32, st_global_v4_f32,
 };
 use crate::arch::sreg::{
-    block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, shfl_idx_f32, smem_base, st_shared_f32, st_shared_v4_f32,
-    sync_threads, sync_warp, thread_x,
+    block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, shfl_idx_f32, smem_base, st_shared_f32,
+    st_shared_v4_f32, sync_threads, sync_warp, thread_x,
 };
 use crate::elem::{ldg, Elem};
 use crate::geometry::Geometry;
 #[cfg(target_arch = "nvptx64")]
 use crate::geometry::{AnyGeometry, FixedGeometry};
-use crate::angles::{advance, reduced_f32, stored_f32};
 use crate::math::{exp, sigmoid, silu, sincos};
 use crate::smem::at;
 use crate::warp_reduce;
@@ -106,7 +106,8 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
     // Lanes past N read a valid quad (the row's last) and discard it: every row load and every
     // shared read of the loop is unconditional.
     let load_col = col.min(n - 4);
-    let row_addr = |i: u32| prm.ssm + 4 * ((token_hp + first_row + i) as u64 * n as u64 + load_col as u64);
+    let row_addr =
+        |i: u32| prm.ssm + 4 * ((token_hp + first_row + i) as u64 * n as u64 + load_col as u64);
 
     // SAFETY (whole body): indices stay inside the shapes of the launch contract; shared offsets
     // inside the block's regions of `lay` (another warp's only for the shared prologue's copy,
@@ -135,7 +136,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         let mut kp = [[0.0f32; 4]; R];
         if active {
             for (r, k) in kp.iter_mut().enumerate() {
-                *k = X::load4(prm.k_state, (((b * r_count + r as u32) * heads + h) * n + col) as usize);
+                *k = X::load4(
+                    prm.k_state,
+                    (((b * r_count + r as u32) * heads + h) * n + col) as usize,
+                );
             }
         }
         let has_z = prm.z != 0;
@@ -159,7 +163,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         let angle_inputs: [[f32; 2]; 2] = core::array::from_fn(|a| {
             let i = lane + 32 * a as u32;
             if i < na {
-                [ld_global_f32(gf(prm.theta, bh * na + i)), ld_global_nc_f32(gf(prm.angles, bh * na + i))]
+                [
+                    ld_global_f32(gf(prm.theta, bh * na + i)),
+                    ld_global_nc_f32(gf(prm.angles, bh * na + i)),
+                ]
             } else {
                 [0.0; 2]
             }
@@ -170,8 +177,22 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         // latency per pair) without holding every rank's raw vectors in registers.
         // The partner columns of the lane's quad: the quad itself, pairs swapped (pairwise); the
         // quad half a row away when N/2 is a multiple of 4 (half-split); else column by column.
-        let lower = |e: usize| if pairwise { e % 2 == 0 } else { col + (e as u32) < half_n };
-        let partner = |c: u32| if pairwise { c ^ 1 } else if c < half_n { c + half_n } else { c - half_n };
+        let lower = |e: usize| {
+            if pairwise {
+                e % 2 == 0
+            } else {
+                col + (e as u32) < half_n
+            }
+        };
+        let partner = |c: u32| {
+            if pairwise {
+                c ^ 1
+            } else if c < half_n {
+                c + half_n
+            } else {
+                c - half_n
+            }
+        };
         // `v` plus quad `c` of rank `r`'s bias (an (H,R,N) f32 tensor).
         let add_bias = |v: [f32; 4], bias: u64, r: u32, c: u32| {
             let w = f32::load4(bias, ((h * r_count + r) * n + c) as usize);
@@ -186,7 +207,9 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             }
             let qk_row = ((b * r_count + r) * prm.groups + group) * n;
             let bias_row = (h * r_count + r) * n;
-            let biased = |x: u64, bias: u64, c: u32| add_bias(X::load4(x, (qk_row + c) as usize), bias, r, c);
+            let biased = |x: u64, bias: u64, c: u32| {
+                add_bias(X::load4(x, (qk_row + c) as usize), bias, r, c)
+            };
             let others = |x: u64, bias: u64, own: [f32; 4]| {
                 if pairwise {
                     swap_pairs(own)
@@ -209,10 +232,17 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         // for all of them); the rank loop loads each next pair once these are stored. In a
         // shared-prologue block warp w forms ranks w and w + DECODE_STREAM_WARPS only.
         let mut ranks = if shared_prologue {
-            let second = if R > DECODE_STREAM_WARPS as usize { load_rank(warp + DECODE_STREAM_WARPS) } else { [[0.0; 4]; 4] };
+            let second = if R > DECODE_STREAM_WARPS as usize {
+                load_rank(warp + DECODE_STREAM_WARPS)
+            } else {
+                [[0.0; 4]; 4]
+            };
             (load_rank(warp), second)
         } else {
-            (load_rank(0), if R >= 4 { load_rank(1) } else { [[0.0; 4]; 4] })
+            (
+                load_rank(0),
+                if R >= 4 { load_rank(1) } else { [[0.0; 4]; 4] },
+            )
         };
         // The fixed rank-4 instantiation also issues ranks 2 and 3's raw q and k words here
         // (unconverted, unbiased: their f32 vectors and biases would spill), so the rank loop
@@ -233,11 +263,18 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         };
         let later_raw = [raw_rank(2), raw_rank(3)];
         // Rank `r`'s element of an (H,R,P) parameter at head row `row`.
-        let row_param = |tensor: u64, r: u32, row: u32| ld_global_nc_f32(gf(tensor, (h * r_count + r) * p + row));
+        let row_param = |tensor: u64, r: u32, row: u32| {
+            ld_global_nc_f32(gf(tensor, (h * r_count + r) * p + row))
+        };
         // mimo_v of the lane's first row, for its weights (a dependent L2 round trip after the
         // rotation otherwise), then the state rows.
-        let early_mv: [f32; R] =
-            core::array::from_fn(|r| if lane < rows { row_param(prm.mimo_v, r as u32, first_row + lane) } else { 0.0 });
+        let early_mv: [f32; R] = core::array::from_fn(|r| {
+            if lane < rows {
+                row_param(prm.mimo_v, r as u32, first_row + lane)
+            } else {
+                0.0
+            }
+        });
         for row in 0..DEPTH as u32 {
             copy_row(ring_slot(row), row_addr(row), row < rows);
         }
@@ -252,7 +289,12 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             if pairwise {
                 [q_own, swap_pairs(q_own), k_own, swap_pairs(k_own)]
             } else {
-                [q_own, biased(raw[1], prm.q_bias, partner(col)), k_own, biased(raw[3], prm.k_bias, partner(col))]
+                [
+                    q_own,
+                    biased(raw[1], prm.q_bias, partner(col)),
+                    k_own,
+                    biased(raw[3], prm.k_bias, partner(col)),
+                ]
             }
         };
         let lambda = sigmoid(trap);
@@ -278,9 +320,15 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             let c = load_col + e as u32;
             let i = if pairwise { c / 2 } else { c % half_n };
             let from = i % 32;
-            let (mut s, mut c) = (shfl_idx_f32(angle_sincos[0].0, from), shfl_idx_f32(angle_sincos[0].1, from));
+            let (mut s, mut c) = (
+                shfl_idx_f32(angle_sincos[0].0, from),
+                shfl_idx_f32(angle_sincos[0].1, from),
+            );
             if na > 32 {
-                let (s1, c1) = (shfl_idx_f32(angle_sincos[1].0, from), shfl_idx_f32(angle_sincos[1].1, from));
+                let (s1, c1) = (
+                    shfl_idx_f32(angle_sincos[1].0, from),
+                    shfl_idx_f32(angle_sincos[1].1, from),
+                );
                 if i >= 32 {
                     (s, c) = (s1, c1);
                 }
@@ -348,7 +396,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 if from != warp {
                     let other = smem_base() + 4 * from * lay.total;
                     let slot = (r * 32 + lane) * 4;
-                    let (q, k) = (ld_shared_v4_f32(at(other, lay.q_rot, slot)), ld_shared_v4_f32(at(other, lay.k_rot, slot)));
+                    let (q, k) = (
+                        ld_shared_v4_f32(at(other, lay.q_rot, slot)),
+                        ld_shared_v4_f32(at(other, lay.k_rot, slot)),
+                    );
                     st_shared_v4_f32(at(sm, lay.q_rot, slot), q);
                     st_shared_v4_f32(at(sm, lay.k_rot, slot), k);
                 }
@@ -382,7 +433,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         // Byte address of the next row to update, and the row size.
         let mut row_ptr = row_addr(0);
         let row_bytes = 4 * n as u64;
-        let d_skip = if prm.d != 0 { ld_global_nc_f32(gf(prm.d, h)) } else { 0.0 };
+        let d_skip = if prm.d != 0 {
+            ld_global_nc_f32(gf(prm.d, h))
+        } else {
+            0.0
+        };
         let spread = 32 / r_count;
         let pair_spread = 16 / r_count;
         // Shared addresses of the group's weights, and where this lane's read-out total goes
@@ -429,7 +484,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                     for (r, &mv) in mimo_v.iter().enumerate() {
                         let r = r as u32;
                         st_shared_f32(at(sm, lay.weights, j * w_stride + r), beta * vp * mv);
-                        st_shared_f32(at(sm, lay.weights, j * w_stride + r_count + r), gamma * vc * mv);
+                        st_shared_f32(
+                            at(sm, lay.weights, j * w_stride + r_count + r),
+                            gamma * vc * mv,
+                        );
                     }
                 }
             }
@@ -438,7 +496,9 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             // --- The group's rows: update and read-out, row copies kept DEPTH ahead ---
             // This lane's quads of q̂ (read once per row pair, shared by both rows).
             let load_q = || -> [[f32; 4]; R] {
-                core::array::from_fn(|r| ld_shared_v4_f32(at(sm, lay.q_rot, (r as u32 * 32 + lane) * 4)))
+                core::array::from_fn(|r| {
+                    ld_shared_v4_f32(at(sm, lay.q_rot, (r as u32 * 32 + lane) * 4))
+                })
             };
             // Row `j` of the group: scale, rank-2R update, this lane's R read-out partial sums.
             let step = |mut s: [f32; 4], j: u32, q: &[[f32; 4]; R]| {
@@ -468,7 +528,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             };
             // The row's copy is consumed: refill its slot with the row DEPTH ahead.
             let refill = |row: u32, slot: u32, ptr: u64| {
-                copy_row(slot, ptr + DEPTH as u64 * row_bytes, row + (DEPTH as u32) < rows);
+                copy_row(
+                    slot,
+                    ptr + DEPTH as u64 * row_bytes,
+                    row + (DEPTH as u32) < rows,
+                );
             };
             // Two rows at a time share one transposing reduction (their chains overlap);
             // this lane's copies of both have landed once at most DEPTH − 2 groups pend.
@@ -526,10 +590,15 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                     let [vc, _, z] = inputs[k];
                     let mut out = 0.0f32;
                     for r in 0..R {
-                        let y = d_skip * vc * mimo_v[k][r] + ld_shared_f32(at(sm, lay.y, r as u32 * GROUP + j));
+                        let y = d_skip * vc * mimo_v[k][r]
+                            + ld_shared_f32(at(sm, lay.y, r as u32 * GROUP + j));
                         let gate = if has_z { silu(z * mimo_z[k][r]) } else { 1.0 };
                         if prm.mode == output_mode::PREREDUCE {
-                            X::store(prm.out, (((b * r_count + r as u32) * heads + h) * p + row) as usize, y * gate);
+                            X::store(
+                                prm.out,
+                                (((b * r_count + r as u32) * heads + h) * p + row) as usize,
+                                y * gate,
+                            );
                         } else {
                             out += y * gate * mimo_o[k][r];
                         }
@@ -563,7 +632,10 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
             for a in 0..2 {
                 let i = lane + 32 * a;
                 if i < na {
-                    st_global_f32(gf(prm.theta, bh * na + i), ld_shared_f32(at(sm, lay.theta, i)));
+                    st_global_f32(
+                        gf(prm.theta, bh * na + i),
+                        ld_shared_f32(at(sm, lay.theta, i)),
+                    );
                 }
             }
         }
@@ -572,7 +644,11 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
                 let k = ld_shared_v4_f32(at(sm, lay.k_rot, (r * 32 + lane) * 4));
                 for (e, &x) in k.iter().enumerate() {
                     let c = col + e as u32;
-                    X::store(prm.k_state, (((b * r_count + r) * heads + h) * n + c) as usize, x);
+                    X::store(
+                        prm.k_state,
+                        (((b * r_count + r) * heads + h) * n + c) as usize,
+                        x,
+                    );
                 }
             }
         }

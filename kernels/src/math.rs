@@ -25,7 +25,11 @@ pub fn sincos(x: f32) -> (f32, f32) {
     let z = r * r;
     let sin_poly = fma_rn(fma_rn(-1.951_529_6e-4, z, 8.332_161e-3), z, -1.666_665_5e-1) * z;
     let s = fma_rn(sin_poly, r, r);
-    let cos_poly = fma_rn(fma_rn(2.443_315_7e-5, z, -1.388_731_6e-3), z, 4.166_664_6e-2);
+    let cos_poly = fma_rn(
+        fma_rn(2.443_315_7e-5, z, -1.388_731_6e-3),
+        z,
+        4.166_664_6e-2,
+    );
     let c = fma_rn(cos_poly * z, z, fma_rn(-0.5, z, 1.0));
     match (j as i32) & 3 {
         0 => (s, c),

@@ -37,7 +37,12 @@ pub unsafe extern "ptx-kernel" fn prim_mma_bf16_m16n8k16(
             let (k, n) = frag::b_k16n8(lane, i);
             *b.add((k * 8 + n) as usize)
         };
-        let a_regs = [pack(a_at(0), a_at(1)), pack(a_at(2), a_at(3)), pack(a_at(4), a_at(5)), pack(a_at(6), a_at(7))];
+        let a_regs = [
+            pack(a_at(0), a_at(1)),
+            pack(a_at(2), a_at(3)),
+            pack(a_at(4), a_at(5)),
+            pack(a_at(6), a_at(7)),
+        ];
         let b_regs = [pack(b_at(0), b_at(1)), pack(b_at(2), b_at(3))];
         let mut acc = [0.0f32; 4];
         for (i, slot) in acc.iter_mut().enumerate() {
@@ -78,7 +83,11 @@ pub unsafe extern "ptx-kernel" fn prim_mma_tf32_m16n8k8(
             let (r, n) = frag::acc_m16n8(lane, i as u32);
             *slot = *c.add((r * 8 + n) as usize);
         }
-        mma::mma_m16n8k8_tf32_f32(&mut acc, [a_at(0), a_at(1), a_at(2), a_at(3)], [b_at(0), b_at(1)]);
+        mma::mma_m16n8k8_tf32_f32(
+            &mut acc,
+            [a_at(0), a_at(1), a_at(2), a_at(3)],
+            [b_at(0), b_at(1)],
+        );
         for (i, value) in acc.iter().enumerate() {
             let (r, n) = frag::acc_m16n8(lane, i as u32);
             *d.add((r * 8 + n) as usize) = *value;
@@ -163,7 +172,11 @@ pub unsafe extern "ptx-kernel" fn prim_warp_scan(
     let at = i.min(n.saturating_sub(1)) as usize;
     // SAFETY: `at < n` whenever `n > 0`; with `n == 0` nothing is read or written.
     unsafe {
-        let (x, y) = if n > 0 { (*a.add(at), *b.add(at)) } else { (1.0, 0.0) };
+        let (x, y) = if n > 0 {
+            (*a.add(at), *b.add(at))
+        } else {
+            (1.0, 0.0)
+        };
         let (x, y) = (if valid { x } else { 1.0 }, if valid { y } else { 0.0 });
         let (sa, sb) = warp_scan::inclusive_affine(x, y);
         if valid {

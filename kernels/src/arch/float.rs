@@ -22,7 +22,9 @@ pub fn fma_rn(a: f32, b: f32, c: f32) -> f32 {
 pub fn round_nearest(a: f32) -> f32 {
     let d: f32;
     // SAFETY: register-only arithmetic.
-    unsafe { asm!("cvt.rni.f32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.rni.f32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack))
+    };
     d
 }
 
@@ -32,7 +34,9 @@ pub fn round_nearest(a: f32) -> f32 {
 pub fn to_tf32(a: f32) -> u32 {
     let d: u32;
     // SAFETY: register-only conversion.
-    unsafe { asm!("cvt.rna.tf32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.rna.tf32.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack))
+    };
     d
 }
 
@@ -51,7 +55,9 @@ pub fn fma_rn_f64(a: f64, b: f64, c: f64) -> f64 {
 pub fn rcp_approx(a: f32) -> f32 {
     let d: f32;
     // SAFETY: register-only arithmetic.
-    unsafe { asm!("rcp.approx.ftz.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("rcp.approx.ftz.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack))
+    };
     d
 }
 
@@ -60,7 +66,9 @@ pub fn rcp_approx(a: f32) -> f32 {
 pub fn exp2_approx(a: f32) -> f32 {
     let d: f32;
     // SAFETY: register-only arithmetic.
-    unsafe { asm!("ex2.approx.ftz.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("ex2.approx.ftz.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack))
+    };
     d
 }
 
@@ -83,7 +91,9 @@ pub fn sincos_approx(a: f32) -> (f32, f32) {
 pub fn sqrt_rn(a: f32) -> f32 {
     let d: f32;
     // SAFETY: register-only arithmetic.
-    unsafe { asm!("sqrt.rn.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("sqrt.rn.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack))
+    };
     d
 }
 
@@ -92,7 +102,9 @@ pub fn sqrt_rn(a: f32) -> f32 {
 pub fn to_bf16(a: f32) -> u16 {
     let d: u16;
     // SAFETY: register-only conversion.
-    unsafe { asm!("cvt.rn.bf16.f32 {d}, {a};", d = out(reg16) d, a = in(reg32) a, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.rn.bf16.f32 {d}, {a};", d = out(reg16) d, a = in(reg32) a, options(pure, nomem, nostack))
+    };
     d
 }
 

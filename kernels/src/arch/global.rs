@@ -14,7 +14,9 @@ use core::arch::asm;
 pub unsafe fn ld_global_f32(addr: u64) -> f32 {
     let v: f32;
     // SAFETY: the caller guarantees the address.
-    unsafe { asm!("ld.global.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg64) addr, options(nostack, readonly)) };
+    unsafe {
+        asm!("ld.global.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg64) addr, options(nostack, readonly))
+    };
     v
 }
 
@@ -27,7 +29,9 @@ pub unsafe fn ld_global_f32(addr: u64) -> f32 {
 pub unsafe fn ld_global_nc_f32(addr: u64) -> f32 {
     let v: f32;
     // SAFETY: the caller guarantees the address and that nothing writes it during the launch.
-    unsafe { asm!("ld.global.nc.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg64) addr, options(pure, readonly, nostack)) };
+    unsafe {
+        asm!("ld.global.nc.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg64) addr, options(pure, readonly, nostack))
+    };
     v
 }
 
@@ -109,7 +113,9 @@ pub unsafe fn st_global_v4_f32(addr: u64, v: [f32; 4]) {
 #[inline(always)]
 pub unsafe fn st_global_f32(addr: u64, v: f32) {
     // SAFETY: the caller guarantees the address.
-    unsafe { asm!("st.global.f32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack)) };
+    unsafe {
+        asm!("st.global.f32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack))
+    };
 }
 
 /// `st.global.u32` (PTX ISA §9.7.9.10).
@@ -119,7 +125,9 @@ pub unsafe fn st_global_f32(addr: u64, v: f32) {
 #[inline(always)]
 pub unsafe fn st_global_u32(addr: u64, v: u32) {
     // SAFETY: the caller guarantees the address.
-    unsafe { asm!("st.global.u32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack)) };
+    unsafe {
+        asm!("st.global.u32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack))
+    };
 }
 
 /// `atom.acq_rel.gpu.global.add.u32` (PTX ISA §9.7.13.3; memory model §8.8, §8.9): adds `v`,
@@ -173,5 +181,7 @@ pub unsafe fn atom_add_acq_rel_cta_u32(addr: u64, v: u32) -> u32 {
 #[inline(always)]
 pub unsafe fn prefetch_l2(addr: u64) {
     // SAFETY: a prefetch reads nothing into the program and writes nothing.
-    unsafe { asm!("prefetch.global.L2 [{a}];", a = in(reg64) addr, options(nostack, readonly, preserves_flags)) };
+    unsafe {
+        asm!("prefetch.global.L2 [{a}];", a = in(reg64) addr, options(nostack, readonly, preserves_flags))
+    };
 }

@@ -4,8 +4,8 @@
 //! it follows (PTX ISA 7.0 unless noted, the version rustc emits for `sm_80`).
 
 pub mod cp_async;
+pub mod float;
+pub mod global;
 pub mod ldmatrix;
 pub mod mma;
 pub mod sreg;
-pub mod float;
-pub mod global;

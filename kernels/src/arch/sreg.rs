@@ -143,7 +143,9 @@ pub fn block_y() -> u32 {
 #[inline(always)]
 pub unsafe fn st_shared_f32(addr: u32, value: f32) {
     // SAFETY: the caller guarantees the address is in bounds.
-    unsafe { asm!("st.shared.f32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) value, options(nostack)) };
+    unsafe {
+        asm!("st.shared.f32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) value, options(nostack))
+    };
 }
 
 /// `ld.shared.f32` at a shared-space address (PTX ISA §9.7.9.8).
@@ -154,7 +156,9 @@ pub unsafe fn st_shared_f32(addr: u32, value: f32) {
 pub unsafe fn ld_shared_f32(addr: u32) -> f32 {
     let v: f32;
     // SAFETY: the caller guarantees the address is in bounds.
-    unsafe { asm!("ld.shared.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack, readonly)) };
+    unsafe {
+        asm!("ld.shared.f32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack, readonly))
+    };
     v
 }
 
@@ -208,7 +212,9 @@ pub unsafe fn st_shared_v2_f32(addr: u32, v: [f32; 2]) {
 #[inline(always)]
 pub unsafe fn st_shared_u16(addr: u32, value: u16) {
     // SAFETY: the caller guarantees the address is in bounds.
-    unsafe { asm!("st.shared.b16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) value, options(nostack)) };
+    unsafe {
+        asm!("st.shared.b16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) value, options(nostack))
+    };
 }
 
 /// `ld.shared.b32` at a shared-space address (PTX ISA §9.7.9.8).
@@ -219,7 +225,9 @@ pub unsafe fn st_shared_u16(addr: u32, value: u16) {
 pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
     let v: u32;
     // SAFETY: the caller guarantees the address is in bounds.
-    unsafe { asm!("ld.shared.b32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack, readonly)) };
+    unsafe {
+        asm!("ld.shared.b32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack, readonly))
+    };
     v
 }
 
@@ -230,7 +238,9 @@ pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
 #[inline(always)]
 pub unsafe fn st_shared_u32(addr: u32, value: u32) {
     // SAFETY: the caller guarantees the address is in bounds.
-    unsafe { asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) value, options(nostack)) };
+    unsafe {
+        asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) value, options(nostack))
+    };
 }
 
 /// `x`, hidden from the optimizer (`mov.u32`): a loop bounded by it is not unrolled, which keeps
@@ -239,7 +249,9 @@ pub unsafe fn st_shared_u32(addr: u32, value: u32) {
 pub fn opaque_u32(x: u32) -> u32 {
     let y: u32;
     // SAFETY: register move.
-    unsafe { asm!("mov.u32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("mov.u32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(pure, nomem, nostack))
+    };
     y
 }
 
@@ -250,7 +262,9 @@ pub fn opaque_u32(x: u32) -> u32 {
 pub fn fresh_u32(x: u32) -> u32 {
     let y: u32;
     // SAFETY: register move.
-    unsafe { asm!("mov.u32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(nomem, nostack)) };
+    unsafe {
+        asm!("mov.u32 {y}, {x};", y = out(reg32) y, x = in(reg32) x, options(nomem, nostack))
+    };
     y
 }
 
