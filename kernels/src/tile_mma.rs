@@ -7,7 +7,7 @@
 //!   hi_A·hi_B` (the small terms first), about 16 bits of every product;
 //! * `SPLIT = false`: each weighted element is rounded to TF32 (11 bits) as it is loaded, one
 //!   integer add ([`tf32_rounded`]), and a product takes `mma.m16n8k8`: a third fewer `mma` per
-//!   depth and no split instructions (7–8% of the bf16 backward at its benchmark geometry).
+//!   depth and no split instructions (the bf16 backward 7–8% faster at its benchmark geometry).
 //!
 //! One bf16 pass (8 bits) is not offered: it loses the gradients that come out of cancelling sums
 //! (∂θ of a rotation is the small difference of its q and k sides; 2.2e-2 against the target 2e-2
