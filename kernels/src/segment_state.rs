@@ -154,11 +154,13 @@ pub unsafe fn segment_combine(prm: &SegmentCombineParams) {
                 let mut la = [[0.0f32; PAIR_BATCH]; SLOT_BATCH as usize];
                 let mut lb = [[0.0f32; PAIR_BATCH]; SLOT_BATCH as usize];
                 let mut decay = [0.0f32; SLOT_BATCH as usize];
+                // The slots' first state words, and each slot's index.
+                let slot = |v: usize| row + s0 as usize + v;
+                let at = |v: usize| slot(v) * (p * n) as usize;
                 for v in 0..SLOT_BATCH as usize {
                     if (v as u32) < batch {
-                        let slot = row + (s0 as usize + v);
-                        let at = slot * (p * n) as usize;
-                        decay[v] = <f32 as Elem>::load(prm.seg_decay, slot);
+                        let at = at(v);
+                        decay[v] = <f32 as Elem>::load(prm.seg_decay, slot(v));
                         for u in 0..PAIR_BATCH {
                             if inside[u] {
                                 let (a, b) = (at + col_a[u] as usize, at + col_b[u] as usize);
@@ -170,8 +172,7 @@ pub unsafe fn segment_combine(prm: &SegmentCombineParams) {
                 }
                 for v in 0..SLOT_BATCH as usize {
                     if (v as u32) < batch {
-                        let s = s0 + v as u32;
-                        let at = (row + s as usize) * (p * n) as usize;
+                        let (s, at) = (s0 + v as u32, at(v));
                         for u in 0..PAIR_BATCH {
                             let (mut a, mut b) = (la[v][u], lb[v][u]);
                             if angle[u] < na {
