@@ -30,9 +30,11 @@
 //!    outputs, the outputs y, the output-stage backward (δ, the mimo_o / mimo_z / norm / D
 //!    partials), ∂z, `Dₛ`, the pair sums m, the weighting of `Dₛ` and the intra-chunk scalar
 //!    parts, ∂Q̂, ∂K̂ and ∂X, the adjoint update with the inverse rotation and ∂v, the bias /
-//!    mimo_v partials with the reverse running sum of ∂θ and the per-token ∂c, ∂A, ∂γ, and the
-//!    chain rule to ∂a, ∂Δ, ∂trap. The next chunk's inputs are prefetched into L2 while the
-//!    current one runs.
+//!    mimo_v partials with the reverse running sum of ∂θ inside the chunk and the per-token ∂c,
+//!    ∂A, ∂γ, and the chain rule to ∂a, ∂Δ, ∂trap with the running sum handed to the chunk
+//!    before, formed from the state entering the chunk and its adjoint ([`boundary_dtheta`])
+//!    rather than carried (carried, the per-token terms' roundings added up over S). The next
+//!    chunk's inputs are prefetched into L2 while the current one runs.
 //!
 //! Products work on f32 operands in shared memory: for bf16 activations on the tensor cores
 //! ([`crate::tile_mma`]: those that recompute the outputs y with each operand split into two bf16
@@ -64,6 +66,7 @@ use crate::arch::sreg::{
     block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, smem_base_fresh, st_shared_f32,
     st_shared_u32, sync_threads, thread_x,
 };
+use crate::backward_recurrent::{boundary_lanes, pair_cross_partial};
 #[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
@@ -1099,6 +1102,50 @@ unsafe fn forward_sweep<X: Elem, G: Geometry>(prm: &BackwardParams) {
     }
 }
 
+/// `Σ_{s ≥ t0} ∂θ_s` for chunk `c` (first token `t0`) into the `suffix` region, the running sum the
+/// chunk before starts from. The sum over every later token is the loss's derivative under one
+/// common shift of θ_s for all s ≥ t0, which only moves the interactions of those tokens' queries
+/// with the keys before t0, i.e. with the state entering the chunk: `Σ_p G[p, a]·H̃[p, b] −
+/// G[p, b]·H̃[p, a]` over the pair (a, b) of each angle, `G` the state's adjoint. Carrying the sum of
+/// the per-token terms instead lets their roundings add up over the sequence while the sum itself
+/// stays the size of a few tokens' terms: the f32 ∂angles error grew with S that way.
+///
+/// # Safety
+/// The launch contract; `c ≥ 1`, `Na ≥ 1`; `G` is the adjoint of the state entering chunk `c`
+/// (after phase 10), whose `H̃` is slot `c` of `ckpt`; no other thread touches `suffix` until the
+/// next barrier. Every thread of the block calls it.
+#[inline(always)]
+unsafe fn boundary_dtheta(prm: &BackwardParams, cx: &Cx, c: usize) {
+    let lay = &cx.lay;
+    let (n, p, tid) = (cx.n, cx.p, cx.tid);
+    let lanes = boundary_lanes(cx.na);
+    let slot = cx.ckpt(c);
+    // Na·lanes ≤ T: one item per thread; the lanes of an angle are one aligned group of a warp.
+    let j = tid / lanes;
+    let g = tid - j * lanes;
+    let acc = if j < cx.na {
+        // SAFETY: slot c of `ckpt` holds (P, N) words; G holds (P, N) at row stride sn.
+        unsafe {
+            pair_cross_partial(
+                prm.ckpt + 4 * slot as u64,
+                n,
+                |pp, col| cx.sm(lay.g, pp * lay.sn + col),
+                p,
+                cx.pair(j),
+                g,
+                lanes,
+            )
+        }
+    } else {
+        0.0
+    };
+    let total = warp_reduce::group_sum(acc, lanes);
+    if j < cx.na && g == 0 {
+        // SAFETY: `suffix` holds Na words.
+        unsafe { st_shared_f32(cx.sm(lay.suffix, j), total) };
+    }
+}
+
 /// The chunked backward for activation type `X` (see the module docs).
 ///
 /// # Safety
@@ -1646,7 +1693,6 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
                     );
                     st_shared_f32(a_th, suffix * PI * th);
                 }
-                st_shared_f32(a, suffix);
             }
             if tid < len {
                 let t = tid;
@@ -1674,7 +1720,11 @@ pub unsafe fn backward_chunked<X: Elem, G: Geometry>(prm: &BackwardParams) {
 
             fresh!(prm, cx, lay, m, n, p, r, tid);
             // Phase 12: ∂a (reverse running sum of ∂A in the chunk, plus the state pass's ∂A_e),
-            // ∂Δ and ∂trap; the first token waits for ∂ε from the chunk before.
+            // ∂Δ and ∂trap; the first token waits for ∂ε from the chunk before. The running sum of
+            // ∂θ for the chunk before.
+            if c > 0 && cx.na > 0 {
+                boundary_dtheta(prm, &cx, c);
+            }
             if tid < len {
                 let u = tid;
                 let last = len - 1;

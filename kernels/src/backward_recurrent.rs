@@ -15,7 +15,8 @@
 //!      z / mimo_z / mimo_o / norm-weight gradients, `∂q̂ = H_tᵀδ`, `G += δ q̂ᵀ`, the γ-term of
 //!      token t and the β-term of token t−1 (`∂k̂`, `∂x`, and the coefficient gradients), the
 //!      chain rule to Δ, a and the trap logit, `G ← α_t G`, the inverse rotation with `∂θ`, the
-//!      reverse running sum of `∂θ` into the angle-logit and Δ gradients, and `∂v`.
+//!      reverse running sum of `∂θ` into the angle-logit and Δ gradients (reset at each segment's
+//!      first token to its value formed from the boundary, [`boundary_dtheta`]), and `∂v`.
 //!
 //!   Token gradients of this (b, h) are written directly (each element has one owner); q/k
 //!   gradients go per value head to the `dqh`/`dkh` workspace and parameter gradients to this
@@ -563,6 +564,126 @@ unsafe fn write_in_backward(cx: &Ctx, t: usize, co: &Coefs, prev_base: u64, h_pr
     }
 }
 
+/// Lanes that split the state rows of one angle in [`pair_cross_partial`]'s callers: the largest
+/// power of two ≤ 32 with one aligned group of lanes per angle in the block.
+#[inline(always)]
+pub(crate) fn boundary_lanes(na: u32) -> u32 {
+    let most = (T / na.max(1)).clamp(1, 32);
+    1 << (31 - most.leading_zeros())
+}
+
+/// State rows per batch of loads in [`pair_cross_partial`].
+const BOUNDARY_BATCH: usize = 8;
+
+/// Rows `p ≡ first (mod lanes)` of `Σ_p G[p, a]·H[p, b] − G[p, b]·H[p, a]` for the pair `(a, b)`:
+/// `H` a (P, N) f32 state in global memory at `state`, `G` its adjoint in shared memory
+/// (`g_addr(p, col)`). This is how ∂L changes when the state is rotated by a common angle in that
+/// pair, i.e. minus the ∂θ carried across a boundary by the keys before it (see
+/// [`boundary_dtheta`]). The state words of `BOUNDARY_BATCH` rows are requested before any is
+/// used, one round trip per batch rather than per row.
+///
+/// # Safety
+/// `state` holds P·N f32 words; `g_addr` gives valid shared addresses for `p < P`, `col < N`.
+#[inline(always)]
+pub(crate) unsafe fn pair_cross_partial(
+    state: u64,
+    n: u32,
+    g_addr: impl Fn(u32, u32) -> u32,
+    p: u32,
+    (ia, ib): (u32, u32),
+    first: u32,
+    lanes: u32,
+) -> f32 {
+    let mut acc = 0.0f32;
+    let mut start = first;
+    while start < p {
+        let mut hv = [[0.0f32; 2]; BOUNDARY_BATCH];
+        let mut k = 0;
+        while k < BOUNDARY_BATCH {
+            let pp = start + k as u32 * lanes;
+            if pp < p {
+                let h = (pp * n) as usize;
+                // SAFETY: row pp < P of the state.
+                hv[k] = unsafe { [ldg(state, h + ia as usize), ldg(state, h + ib as usize)] };
+            }
+            k += 1;
+        }
+        let mut k = 0;
+        while k < BOUNDARY_BATCH {
+            let pp = start + k as u32 * lanes;
+            if pp < p {
+                // SAFETY: the caller's `g_addr` contract.
+                let (ga, gb) =
+                    unsafe { (ld_shared_f32(g_addr(pp, ia)), ld_shared_f32(g_addr(pp, ib))) };
+                acc += ga * hv[k][1] - gb * hv[k][0];
+            }
+            k += 1;
+        }
+        start += BOUNDARY_BATCH as u32 * lanes;
+    }
+    acc
+}
+
+/// After token `t0`'s reverse step, `t0` the first token of segment `c ≥ 1`: sets the running sum
+/// of ∂θ to `Σ_{s ≥ t0} ∂θ_s` formed from the boundary instead of summed token by token. A common
+/// shift of θ_s for every s ≥ t0 moves only the interactions of those tokens with the keys before
+/// t0, which reach them through the state `H_{t0−1}` (adjoint `G` after `G ← α_{t0}·G`) and the
+/// carried key `k̂_{t0−1}` of the β term: the sum is `Σ_p G[p, a]·H[p, b] − G[p, b]·H[p, a]` minus
+/// that key's `∂k̂_β·J k̂` over the ranks. The per-token terms do not shrink with distance although
+/// their sum does, so carrying them let their roundings add up over the sequence.
+///
+/// # Safety
+/// The launch contract; every thread calls it between barriers; the layout's `k` and `dk` slot of
+/// token t0−1 hold its rotated key and the β part of its gradient.
+#[inline(always)]
+unsafe fn boundary_dtheta(prm: &BackwardParams, cx: &Ctx, t0: usize, c: usize) {
+    let lay = &cx.lay;
+    let rn = cx.r * cx.n;
+    let lanes = boundary_lanes(cx.na);
+    let j = cx.tid / lanes;
+    let g = cx.tid - j * lanes;
+    let mut acc = 0.0f32;
+    if j < cx.na {
+        let (ia, ib) = cx.pair(j);
+        // SAFETY: checkpoint c holds H_{t0−1}, (P, N); the adjoint is (P, N) at row stride
+        // n_stride.
+        acc = unsafe {
+            pair_cross_partial(
+                prm.ckpt + 4 * cx.ckpt_state(c) as u64,
+                cx.n,
+                |pp, col| cx.sm(lay.adj, pp * lay.n_stride + col),
+                cx.p,
+                (ia, ib),
+                g,
+                lanes,
+            )
+        };
+        let prv = ((t0 - 1) % 2) as u32 * rn;
+        let mut r = g;
+        while r < cx.r {
+            let o = prv + r * cx.n;
+            // SAFETY: slot prv of `k` and `dk` holds R·N words.
+            unsafe {
+                let (du, dw) = (
+                    ld_shared_f32(cx.sm(lay.dk, o + ia)),
+                    ld_shared_f32(cx.sm(lay.dk, o + ib)),
+                );
+                let (ka, kb) = (
+                    ld_shared_f32(cx.sm(lay.k, o + ia)),
+                    ld_shared_f32(cx.sm(lay.k, o + ib)),
+                );
+                acc -= dw * ka - du * kb;
+            }
+            r += lanes;
+        }
+    }
+    let total = warp_reduce::group_sum(acc, lanes);
+    if j < cx.na && g == 0 {
+        // SAFETY: `suffix` holds Na words.
+        unsafe { st_shared_f32(cx.sm(lay.suffix, j), total) };
+    }
+}
+
 /// The block totals of the `red` partial sums, in warp order: (∂α, ∂γ, ∂β).
 #[inline(always)]
 unsafe fn reduced(cx: &Ctx) -> [f32; 3] {
@@ -881,6 +1002,10 @@ pub unsafe fn backward_head<X: Elem>(prm: &BackwardParams) {
                 let red = reduced(&cx);
                 token_finish::<X>(prm, &cx, t, &co, prev_base, h_prev);
                 sync_threads();
+                if t == t0 && c > 0 && cx.na > 0 {
+                    boundary_dtheta(prm, &cx, t0, c);
+                    sync_threads();
+                }
                 pending = Some((t, co, red));
             }
         }

@@ -13,6 +13,18 @@ pub fn sum(mut v: f32) -> f32 {
     v
 }
 
+/// Sum of `v` over each aligned group of `width` lanes (`width` a power of two ≤ 32); every lane of
+/// a group gets its total. Every lane must call it.
+#[inline(always)]
+pub fn group_sum(mut v: f32, width: u32) -> f32 {
+    let mut mask = width / 2;
+    while mask > 0 {
+        v += shfl_xor_f32(v, mask);
+        mask /= 2;
+    }
+    v
+}
+
 /// Sum of `v` over the four lanes of each quad (lanes `4q .. 4q + 4`, the lanes that share a row
 /// of an `mma` accumulator); every lane of the quad gets it. Every lane must call it.
 #[inline(always)]
