@@ -511,39 +511,57 @@ fn emulated_chunked_backward_fixed_geometry_matches_golden() {
     );
 }
 
-#[test]
-fn emulated_chunked_backward_bf16_matches_golden_on_random_geometries() {
+/// `cases` random small geometries (seeded by `seed`) on one kernel and activation type: every
+/// rank, rotation and mode, Na up to N/2 (0 included), GQA, B ≤ 2, chunks / segments shorter and
+/// longer than S; returns the worst error.
+fn random_geometries(seed: u64, cases: u64, bf16: bool, chunked: bool) -> f64 {
     use OutputMode::*;
     use Rotation::*;
-    // Random small geometries on the tensor-core products (bf16 activations: y from split
-    // operands, the states and adjoints in one TF32 pass): every rank, rotation and mode, Na up to
-    // N/2, chunks shorter and longer than S. The fixed cases above are each built around one
-    // feature; a precision choice can hold there and not on another geometry (with the products
-    // of y in TF32 too, one of 40 such geometries reached 1.6e-2 of the 2e-2 bound, on ∂D).
-    let mut rng = mamba3::golden::SplitMix64::new(0xb16);
+    let mut rng = mamba3::golden::SplitMix64::new(seed);
     let mut pick = |m: u64| (rng.next_u64() % m) as usize;
     let mut worst = 0.0f64;
-    let cases = 16;
     for i in 0..cases {
         let rank = [1, 2, 4, 8][pick(4)];
         let n = 2 * (2 + pick(20));
         let p = 2 + pick(40);
         let na = pick((n / 2 + 1) as u64);
-        let seq_len = 1 + pick(24);
-        let heads = 1 + pick(2);
+        let seq_len = 1 + pick(40);
+        let groups = 1 + pick(2);
+        let heads = groups * (1 + pick(2));
+        let batch = 1 + pick(2);
         let rotation = [HalfSplit, Pairwise][pick(2)];
         let mode = [Gated, FusedNorm, Prereduce][pick(3)];
         let case = Case {
-            geo: geo(1, seq_len, rank, 1, heads, n, p, na),
+            geo: geo(batch, seq_len, rank, groups, heads, n, p, na),
             seg_len: 1 + pick(16),
             opts: opts(rotation, mode, pick(2) == 0, pick(2) == 0),
-            bf16: true,
+            bf16,
         };
-        worst = worst.max(check_chunked(&case, 1000 + i));
+        worst = worst.max(check_kernel(&case, seed + i, chunked));
     }
     eprintln!(
-        "emulated chunked backward bf16: worst error {worst:.2e} over {cases} random geometries"
+        "emulated {} backward {}: worst error {worst:.2e} over {cases} random geometries",
+        if chunked { "chunked" } else { "token-serial" },
+        if bf16 { "bf16" } else { "f32" }
     );
+    worst
+}
+
+/// Random geometries on the tensor-core products (bf16 activations: y from split operands, the
+/// states and adjoints in one TF32 pass). The fixed cases above are each built around one feature;
+/// a precision choice can hold there and not on another geometry (with the products of y in TF32
+/// too, one of 40 such geometries reached 1.6e-2 of the 2e-2 bound, on ∂D).
+#[test]
+fn emulated_chunked_backward_bf16_matches_golden_on_random_geometries() {
+    random_geometries(0xb16, 16, true, true);
+}
+
+/// Random geometries in f32 on both kernels (each checked against the 1e-5 bound), with several
+/// chunks or segments per sequence, so the running sums handed across boundaries are exercised.
+#[test]
+fn emulated_backward_f32_matches_golden_on_random_geometries() {
+    random_geometries(0xf32, 12, false, true);
+    random_geometries(0xf32 + 100, 12, false, false);
 }
 
 /// The first `len` tokens of a B = H = G = 1 call (every per-token tensor is token-major then).

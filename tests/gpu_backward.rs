@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use half::bf16;
 use mamba3::backward::{
-    backward, backward_with_path, dispatch_paths, workspace_len, BackwardPath, GradientsMut,
+    backward, backward_path, backward_with_path, dispatch_paths, workspace_len, BackwardPath,
+    GradientsMut,
 };
 use mamba3::cuda::{CudaSlice, CudaStream, CudaViewMut};
 use mamba3::forward::Activation;
@@ -22,6 +23,7 @@ use mamba3::golden::{
     Rotation, SplitMix64,
 };
 use mamba3::{Error, Gpu};
+use proptest::prelude::*;
 
 use common::device::{config_of, down_act, down_f32, poison, up_act, DeviceInputs};
 use common::{assert_invalid_argument, geo, grad_err, letters, opts, quantize, UPSTREAM_GRID};
@@ -355,6 +357,53 @@ fn backward_error_stays_within_bounds_at_long_sequences() {
             long.1,
             long.1 / short.1
         );
+    }
+}
+
+/// 24 random geometries, or `MAMBA3_PROPTEST_CASES` (the sanitizer runs use fewer).
+fn proptest_cases() -> u32 {
+    std::env::var("MAMBA3_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+/// Checks a random case in dtype `T` on the kernel the dispatch picks for it and, when that is the
+/// chunked one, on the token-serial kernel too.
+fn check_random<T: Activation>(gpu: &Gpu, s: &Arc<CudaStream>, rc: &common::RandomCase) {
+    let case = Case {
+        geo: rc.geometry,
+        chunk: rc.chunk,
+        opts: rc.options,
+    };
+    let inp = Mamba3Inputs::random(case.geo, case.opts, rc.seed).expect("random inputs");
+    let path = backward_path(
+        &config_of::<T>(&inp, case.chunk),
+        gpu.max_shared_memory_optin(),
+    );
+    check::<T>(gpu, s, &case, rc.seed, path);
+    if path == BackwardPath::Chunked {
+        check::<T>(gpu, s, &case, rc.seed, BackwardPath::TokenSerial);
+    }
+}
+
+proptest! {
+    #![proptest_config(common::proptest_config(proptest_cases(), 0xbac_0001))]
+
+    /// Random geometries (R ∈ 1..=8, so both kernels; N ≤ 64, P ≤ 32, GQA, B ≤ 2, S ≤ 160 against
+    /// segment lengths 1..=32, every mode and rotation, ±z, ±D), both dtypes by draw.
+    #[test]
+    fn backward_matches_golden_over_random_geometries(
+        rc in common::random_case(160),
+        bf16_dtype in any::<bool>(),
+    ) {
+        let Some(gpu) = common::gpu() else { return Ok(()) };
+        let s = gpu.context().new_stream().expect("stream");
+        if bf16_dtype {
+            check_random::<bf16>(&gpu, &s, &rc);
+        } else {
+            check_random::<f32>(&gpu, &s, &rc);
+        }
     }
 }
 
