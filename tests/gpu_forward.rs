@@ -23,6 +23,7 @@ use mamba3::golden::{
     Rotation,
 };
 use mamba3::{Error, Gpu};
+use proptest::prelude::*;
 
 use common::device::{config_of, down_act, down_f32, poison, up_act, up_f32, DeviceInputs};
 use common::{angle_rel_err, assert_invalid_argument, geo, opts, quantize, rel_err, UPSTREAM_GRID};
@@ -409,6 +410,40 @@ fn forward_f32_error_does_not_grow_with_sequence_length() {
         "error grows with S: {e_long:e} > 1.2 × {worst_short:e}"
     );
     assert!(e_long <= F32_TOL);
+}
+
+/// 24 random geometries, or `MAMBA3_PROPTEST_CASES` (the sanitizer runs use fewer).
+fn proptest_cases() -> u32 {
+    std::env::var("MAMBA3_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+proptest! {
+    #![proptest_config(common::proptest_config(proptest_cases(), 0xf0_0001))]
+
+    /// Random geometries (`common::random_case` with R ∈ {1, 2, 4, 8}: N ≤ 64, Na ≤ N/2,
+    /// P ≤ 32, C ≤ 32 incl. non-powers of two and C > S, S ≤ 200 with tails and S = 1, GQA,
+    /// B ≤ 2, every mode and rotation, ±z, ±D), both dtypes, whole and split. The f32 bound is
+    /// the target unless the call's own rounding spread is larger (see
+    /// `common::forward_f32_tolerance`).
+    #[test]
+    fn forward_matches_golden_over_random_geometries(rc in common::random_case(200)) {
+        let Some(gpu) = common::gpu() else { return Ok(()) };
+        let s = gpu.context().new_stream().expect("stream");
+        let rc = common::with_forward_rank(rc);
+        let case = Case { geo: rc.geometry, chunk: rc.chunk, opts: rc.options };
+        let e32 = check::<f32>(&gpu, &s, &case, rc.seed).worst();
+        let inp = round_inputs::<f32>(
+            &Mamba3Inputs::random(case.geo, case.opts, rc.seed).expect("random inputs"),
+        );
+        let reference = forward_recurrent(&inp).expect("golden forward");
+        let tol32 = common::forward_f32_tolerance(&inp, &reference.out, e32);
+        prop_assert!(e32 <= tol32, "f32 error {e32:e} above {tol32:e} for {case:?}");
+        let e16 = check::<bf16>(&gpu, &s, &case, rc.seed ^ 1).worst();
+        prop_assert!(e16 <= BF16_TOL, "bf16 error {e16:e} above {BF16_TOL:e} for {case:?}");
+    }
 }
 
 #[test]
