@@ -435,11 +435,15 @@ proptest! {
         let rc = common::with_forward_rank(rc);
         let case = Case { geo: rc.geometry, chunk: rc.chunk, opts: rc.options };
         let e32 = check::<f32>(&gpu, &s, &case, rc.seed).worst();
-        let inp = round_inputs::<f32>(
-            &Mamba3Inputs::random(case.geo, case.opts, rc.seed).expect("random inputs"),
-        );
-        let reference = forward_recurrent(&inp).expect("golden forward");
-        let tol32 = common::forward_f32_tolerance(&inp, &reference.out, e32);
+        // The call's rounding spread (8 golden forwards) only when the target is exceeded.
+        let tol32 = if e32 <= F32_TOL {
+            F32_TOL
+        } else {
+            let raw = Mamba3Inputs::random(case.geo, case.opts, rc.seed).expect("random inputs");
+            let inp = round_inputs::<f32>(&raw);
+            let reference = forward_recurrent(&inp).expect("golden forward");
+            common::forward_f32_tolerance(&inp, &reference.out, e32)
+        };
         prop_assert!(e32 <= tol32, "f32 error {e32:e} above {tol32:e} for {case:?}");
         let e16 = check::<bf16>(&gpu, &s, &case, rc.seed ^ 1).worst();
         prop_assert!(e16 <= BF16_TOL, "bf16 error {e16:e} above {BF16_TOL:e} for {case:?}");
