@@ -5,7 +5,7 @@ mod common;
 
 use mamba3::backward;
 use mamba3::forward::{
-    blocks_per_sm, dispatch_paths, dispatch_paths_with_workspace, kernel_for,
+    blocks_per_sm, dispatch_paths, dispatch_paths_with_workspace, kernel_chunk_size, kernel_for,
     segment_state_kernel_for, sequence_segments, tensor_core_fits, validate, validate_config,
     validate_initial, workspace_len, Dtype, ForwardConfig, ForwardLens, StateLens, MAX_SEGMENTS,
     MIN_SEGMENT_CHUNKS,
@@ -550,6 +550,73 @@ fn shared_memory_of_upstream_geometries_fits_hopper() {
         ..config()
     };
     assert_eq!(huge.shared_memory_bytes(), u64::MAX);
+}
+
+/// A chunk whose tiles exceed the opt-in limit runs as its largest divisor that fits: checked
+/// against the definition (divides C, fits, no larger divisor fits) over chunk sizes, ranks and
+/// the opt-in limits of the GPUs we target, and on the geometries that first exposed it.
+#[test]
+fn kernel_chunk_is_the_largest_divisor_that_fits() {
+    const OPT_IN_LIMITS: [usize; 3] = [232_448, 166_912, 101_376];
+    for max in OPT_IN_LIMITS {
+        for (n, p, r) in [
+            (26, 25, 8),
+            (54, 27, 8),
+            (128, 64, 4),
+            (256, 128, 4),
+            (62, 32, 2),
+        ] {
+            for chunk in [1, 7, 12, 16, 23, 24, 32, 48, 64, 96, 128, 1000] {
+                let c = ForwardConfig {
+                    state_dim: n,
+                    head_dim: p,
+                    rank: r,
+                    num_angles: n / 4,
+                    chunk_size: chunk,
+                    seq_len: 2048,
+                    ..config()
+                };
+                let run = kernel_chunk_size(&c, max);
+                let bytes = |d: usize| ForwardConfig { chunk_size: d, ..c }.shared_memory_bytes();
+                let fits = |d: usize| bytes(d) <= max as u64;
+                assert!(chunk % run == 0, "{run} does not divide C={chunk}");
+                if fits(chunk) {
+                    assert_eq!(run, chunk, "C={chunk} fits in {max} bytes");
+                    continue;
+                }
+                if !fits(1) {
+                    assert_eq!(run, chunk, "nothing fits: the launch reports C itself");
+                    continue;
+                }
+                assert!(
+                    fits(run),
+                    "N={n} P={p} R={r} C={chunk}: {run} does not fit {max}"
+                );
+                for d in run + 1..=chunk {
+                    assert!(
+                        chunk % d != 0 || !fits(d),
+                        "N={n} P={p} R={r} C={chunk}: divisor {d} > {run} fits {max}"
+                    );
+                }
+            }
+        }
+    }
+    // The random GPU geometry that found the limit: C = 23 (prime) at R = 8 runs one token a
+    // chunk; C·R = 256 at the benchmark geometry runs C = 16 on Hopper.
+    let prime = ForwardConfig {
+        rank: 8,
+        state_dim: 26,
+        head_dim: 25,
+        num_angles: 1,
+        chunk_size: 23,
+        ..config()
+    };
+    assert_eq!(kernel_chunk_size(&prime, 232_448), 1);
+    let wide = ForwardConfig {
+        chunk_size: 64,
+        ..benchmark_config()
+    };
+    assert_eq!(kernel_chunk_size(&wide, 232_448), 16);
 }
 
 /// The tensor-core forward's launch bounds and shared memory agree with the two blocks per SM

@@ -331,6 +331,18 @@ fn small_cases() -> Vec<Case> {
             chunk: 16,
             opts: opts(HalfSplit, FusedNorm, false, true),
         },
+        // Chunks whose (C·R)² tiles exceed shared memory, run as their largest divisor that
+        // fits: C = 48 at R = 8 as 16, and C = 23 (prime) as one token a chunk, with GQA.
+        Case {
+            geo: geo(1, 300, 8, 1, 2, 64, 32, 16),
+            chunk: 48,
+            opts: opts(HalfSplit, Gated, true, true),
+        },
+        Case {
+            geo: geo(2, 175, 8, 3, 3, 54, 27, 24),
+            chunk: 23,
+            opts: opts(Pairwise, FusedNorm, true, true),
+        },
     ]
 }
 
@@ -486,18 +498,35 @@ fn forward_rejects_bad_arguments_before_launch() {
     };
     let err = forward(&gpu, &s, &bad, &inputs, &mut out.as_view_mut(), None).unwrap_err();
     assert_invalid_argument(&err, "dtype");
-    // A chunk too large for shared memory: the launch path's typed error.
+    // A state tile too large for shared memory even at one token a chunk: the launch path's
+    // typed error, naming both figures.
     let k_full = ForwardInputs {
         k: dev.k.as_view(),
         ..inputs
     };
-    let big = ForwardConfig {
-        chunk_size: 4096,
-        ..cfg
-    };
-    let err = forward(&gpu, &s, &big, &k_full, &mut out.as_view_mut(), None).unwrap_err();
+    let huge = round_inputs::<f32>(
+        &Mamba3Inputs::random(geo(1, 2, 1, 1, 1, 1024, 512, 8), case.opts, 5).unwrap(),
+    );
+    let huge_cfg = config_of::<f32>(&huge, 16);
+    let huge_dev = DeviceInputs::<f32>::upload(&s, &huge);
+    let mut huge_out = poison::<f32>(&s, huge_cfg.expected_lens(false).unwrap().out);
+    let err = forward(
+        &gpu,
+        &s,
+        &huge_cfg,
+        &huge_dev.views(),
+        &mut huge_out.as_view_mut(),
+        None,
+    )
+    .unwrap_err();
     eprintln!("rejected: {err}");
-    assert!(matches!(err, Error::SharedMemory { .. }), "{err}");
+    match err {
+        Error::SharedMemory { needed, max, .. } => {
+            assert_eq!(max, gpu.max_shared_memory_optin());
+            assert!(needed > max, "{err}");
+        }
+        other => panic!("expected Error::SharedMemory, got {other}"),
+    }
     // A workspace too small for the split.
     let mut ws = poison::<f32>(&s, workspace_len(&cfg, gpu.sm_count()) - 1);
     let err = forward_with_workspace(

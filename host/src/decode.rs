@@ -1059,7 +1059,7 @@ fn step_chunked<X: Activation>(
     tokens: usize,
     out: &mut CudaSlice<X>,
 ) -> Result<()> {
-    let config = state.config.forward_config(tokens, X::DTYPE);
+    let config = forward::kernel_config(gpu, &state.config.forward_config(tokens, X::DTYPE));
     let (smem, staged) = forward::chunked_shared_memory(gpu, &config)?;
     let mut ptrs = Pointers {
         stream,

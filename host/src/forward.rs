@@ -42,11 +42,13 @@
 //!
 //! # Limits
 //! R ∈ {1, 2, 4, 8} (one kernel per rank); N even; Na ≤ N/2; G divides H; B ≤ 65 535; any S ≥ 1
-//! and C ≥ 1 such that the kernel's shared memory, [`ForwardConfig::shared_memory_bytes`]
-//! (≈ 4·(P·(N+4) + 2·C·R·(N+4) + 2·C·R·P + (C·R)² + …) bytes), fits the device's opt-in limit
-//! (227 KB on H100/H200, 163 KB on A100, 99 KB on sm_86/sm_89); above it the launch returns
-//! [`Error::SharedMemory`]. At N=128, P=64 the upstream geometries (C·R = 64) need about 152 KiB;
-//! C·R = 128 needs about 291 KiB, too much for any GPU.
+//! and C ≥ 1. The `chunked_forward` kernel's shared memory, [`ForwardConfig::shared_memory_bytes`]
+//! (≈ 4·(P·(N+4) + 2·C·R·(N+4) + 2·C·R·P + (C·R)² + …) bytes), grows with (C·R)²: at N=128,
+//! P=64 the upstream geometries (C·R = 64) need about 152 KiB, C·R = 128 about 291 KiB. When C
+//! does not fit the device's opt-in limit (227 KB on H100/H200, 163 KB on A100, 99 KB on
+//! sm_86/sm_89), the kernels run the largest divisor of C that does ([`kernel_chunk_size`]; same
+//! result up to rounding); only a geometry whose one-token chunk does not fit (P·N alone near the
+//! limit) returns [`Error::SharedMemory`].
 //!
 //! # Precision
 //! Activations are read in their storage type and all arithmetic is f32 (angle totals f64), so
@@ -660,6 +662,43 @@ pub fn dispatch_paths_with_workspace(config: &ForwardConfig, sm_count: usize) ->
     }
 }
 
+/// The chunk length the forward kernels run for `config` on a GPU with `max_shared_memory` bytes
+/// of opt-in shared memory per block: `config.chunk_size` when its kernel fits, else the largest
+/// divisor of it whose `chunked_forward` tiles ([`ForwardConfig::shared_memory_bytes`]) fit, and
+/// `config.chunk_size` again when not even a chunk of one token fits (the launch then fails with
+/// [`Error::SharedMemory`]). The chunked decomposition is exact for any chunk length, so this
+/// changes only rounding; a divisor keeps every chunk boundary of `config` a chunk boundary of
+/// the run, so the split forward's segments (whole chunks of `config`) stay whole chunks.
+pub fn kernel_chunk_size(config: &ForwardConfig, max_shared_memory: usize) -> usize {
+    let c = config.chunk_size;
+    let fits = |chunk: usize| {
+        let run = ForwardConfig {
+            chunk_size: chunk,
+            ..*config
+        };
+        tensor_core_fits(&run, max_shared_memory)
+            || run.shared_memory_bytes() <= max_shared_memory as u64
+    };
+    if c == 0 || fits(c) {
+        return c;
+    }
+    let mut divisors: Vec<usize> = (1..)
+        .take_while(|d| d * d <= c)
+        .filter(|d| c.is_multiple_of(*d))
+        .flat_map(|d| [d, c / d])
+        .collect();
+    divisors.sort_unstable_by(|a, b| b.cmp(a));
+    divisors.into_iter().find(|&d| fits(d)).unwrap_or(c)
+}
+
+/// `config` with the chunk length its kernels run on `gpu` ([`kernel_chunk_size`]).
+pub(crate) fn kernel_config(gpu: &Gpu, config: &ForwardConfig) -> ForwardConfig {
+    ForwardConfig {
+        chunk_size: kernel_chunk_size(config, gpu.max_shared_memory_optin()),
+        ..*config
+    }
+}
+
 /// Dynamic shared memory of the `chunked_forward` kernel for `config` on `gpu`, and whether its
 /// staging region (raw q, k, v of the next chunk) fits beside the kernel's own regions (without
 /// it the kernel reads those inputs from global memory directly).
@@ -864,8 +903,9 @@ pub(crate) fn overlap_check(outputs: &[Range], all: &[Range]) -> Result<()> {
 /// output, `states` (when given) the final states. Never allocates and never synchronizes.
 ///
 /// Errors (before any launch): [`Error::InvalidArgument`] naming the argument, its value and the
-/// rule (shapes, dtype, options, overlapping outputs); [`Error::SharedMemory`] when the chunk
-/// size needs more shared memory than the device allows; driver errors from the launch.
+/// rule (shapes, dtype, options, overlapping outputs); [`Error::SharedMemory`] when not even a
+/// one-token chunk fits the device's shared memory ([`kernel_chunk_size`]); driver errors from
+/// the launch.
 pub fn forward<T: Activation>(
     gpu: &Gpu,
     stream: &CudaStream,
@@ -972,7 +1012,8 @@ fn forward_impl<T: Activation>(
         };
         validate_initial(config, &lens)?;
     }
-    let (smem, staged) = chunked_shared_memory(gpu, config)?;
+    let run = kernel_config(gpu, config);
+    let (smem, staged) = chunked_shared_memory(gpu, &run)?;
 
     let mut guards: Vec<SyncOnDrop<'_>> = Vec::with_capacity(24);
     let mut inputs_ranges: Vec<Range> = Vec::with_capacity(20);
@@ -1010,7 +1051,7 @@ fn forward_impl<T: Activation>(
         mimo_o: opt_ptr!(inputs.mimo_o.as_ref(), "mimo_o", 4),
         d: opt_ptr!(inputs.d.as_ref(), "d", 4),
         norm_weight: opt_ptr!(inputs.norm_weight.as_ref(), "norm_weight", 4),
-        ..config.scalar_params(staged)
+        ..run.scalar_params(staged)
     };
     let mut params = params;
     if let Some(init) = initial {
@@ -1068,10 +1109,12 @@ fn forward_impl<T: Activation>(
         let slots = (segments - 1) * config.batch * config.heads;
         let (st, th, _) = slot_parts(config);
         params.segments = segments as u32;
-        params.seg_chunks = config
+        // Segments hold whole chunks of `config`, each `C / C_run` chunks of the run.
+        let seg_chunks = config
             .seq_len
             .div_ceil(config.chunk_size)
-            .div_ceil(segments) as u32;
+            .div_ceil(segments);
+        params.seg_chunks = (seg_chunks * (config.chunk_size / run.chunk_size)) as u32;
         params.seg_state = p;
         params.seg_theta = p + 4 * (slots * st) as u64;
         params.seg_decay = p + 4 * (slots * (st + th)) as u64;
@@ -1079,7 +1122,7 @@ fn forward_impl<T: Activation>(
     let all: Vec<Range> = inputs_ranges.iter().chain(&outputs).copied().collect();
     overlap_check(&outputs, &all)?;
 
-    let (kernel, segment_state, cfg) = launch_plan(gpu, config, &params, segments, smem)?;
+    let (kernel, segment_state, cfg) = launch_plan(gpu, &run, &params, segments, smem)?;
     let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {
