@@ -594,7 +594,7 @@ fn bench_forward_one<T: Activation>(
         100.0 * tflops * 1e12 / TC_FLOP_PER_S,
         gbs,
         100.0 * gbs * 1e9 / HBM_BYTES_PER_S,
-        dispatch_paths_with_workspace(&cfg, gpu.sm_count()).join(", ")
+        dispatch_paths_with_workspace(&cfg, gpu.sm_count(), gpu.max_shared_memory_optin()).join(", ")
     );
 }
 

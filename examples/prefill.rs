@@ -49,7 +49,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{}", gpu.name());
     println!(
         "forward kernels: {:?}",
-        forward::dispatch_paths_with_workspace(&config, gpu.sm_count())
+        forward::dispatch_paths_with_workspace(
+            &config,
+            gpu.sm_count(),
+            gpu.max_shared_memory_optin()
+        )
     );
 
     // The first call loads the module's functions; time the second.

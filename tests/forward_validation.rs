@@ -15,6 +15,9 @@ use mamba3::Error;
 
 use common::{MODES, UPSTREAM_GRID};
 
+/// The opt-in shared memory per block of an H100/H200.
+const HOPPER_SHARED_MEMORY: usize = 232_448;
+
 fn config() -> ForwardConfig {
     ForwardConfig {
         batch: 2,
@@ -381,19 +384,25 @@ fn buffer_rules_name_the_argument_and_shape() {
 #[test]
 fn dispatch_names_one_kernel_per_dtype_and_rank() {
     let c = config();
-    assert_eq!(dispatch_paths(&c), vec!["forward_fma_bf16_r4"]);
+    assert_eq!(
+        dispatch_paths(&c, HOPPER_SHARED_MEMORY),
+        vec!["forward_fma_bf16_r4"]
+    );
     let f = ForwardConfig {
         dtype: Dtype::F32,
         rank: 8,
         ..c
     };
-    assert_eq!(dispatch_paths(&f), vec!["forward_fma_f32_r8"]);
-    assert!(dispatch_paths(&ForwardConfig { rank: 3, ..c }).is_empty());
+    assert_eq!(
+        dispatch_paths(&f, HOPPER_SHARED_MEMORY),
+        vec!["forward_fma_f32_r8"]
+    );
+    assert!(dispatch_paths(&ForwardConfig { rank: 3, ..c }, HOPPER_SHARED_MEMORY).is_empty());
     // Every dispatched symbol is an entry point of the PTX.
     let entries = mamba3::ptx_entry_points(mamba3::PTX);
     for dtype in [Dtype::F32, Dtype::Bf16] {
         for rank in [1, 2, 4, 8] {
-            for sym in dispatch_paths(&ForwardConfig { dtype, rank, ..c }) {
+            for sym in dispatch_paths(&ForwardConfig { dtype, rank, ..c }, HOPPER_SHARED_MEMORY) {
                 assert!(entries.contains(&sym), "{sym} is not in the PTX");
             }
         }
@@ -410,7 +419,7 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
     assert_eq!(blocks_per_sm(&base), 2);
     assert_eq!(sequence_segments(&base, 132), 4);
     assert_eq!(
-        dispatch_paths_with_workspace(&base, 132),
+        dispatch_paths_with_workspace(&base, 132, HOPPER_SHARED_MEMORY),
         vec![
             "segment_state_mma_bf16_r4_n128_p64_na32_c16",
             "segment_combine_f32",
@@ -426,7 +435,7 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
     assert_eq!(blocks_per_sm(&base_f32), 2);
     assert_eq!(sequence_segments(&base_f32, 132), 4);
     assert_eq!(
-        dispatch_paths_with_workspace(&base_f32, 132),
+        dispatch_paths_with_workspace(&base_f32, 132, HOPPER_SHARED_MEMORY),
         vec![
             "segment_state_mma_f32_r4_n128_p64_na32_c16",
             "segment_combine_f32",
@@ -438,7 +447,7 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
         ..base_f32
     };
     assert_eq!(
-        dispatch_paths_with_workspace(&short_f32, 132),
+        dispatch_paths_with_workspace(&short_f32, 132, HOPPER_SHARED_MEMORY),
         vec!["forward_mma_f32_r4_n128_p64_na32_c16"]
     );
     // Another chunk size in f32: the rank's general kernels, one block per SM.
@@ -456,20 +465,48 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
     ] {
         let short = ForwardConfig { seq_len, ..base };
         assert_eq!(sequence_segments(&short, 132), 1);
-        assert_eq!(dispatch_paths_with_workspace(&short, 132), vec![kernel]);
+        assert_eq!(
+            dispatch_paths_with_workspace(&short, 132, HOPPER_SHARED_MEMORY),
+            vec![kernel]
+        );
     }
-    // Another chunk size: no fixed-geometry instantiation, the rank's general kernels.
+    // Another chunk size that fits: no fixed-geometry instantiation, the rank's general kernels.
     let general = ForwardConfig {
-        chunk_size: 32,
+        chunk_size: 8,
         ..base
     };
     assert_eq!(
-        dispatch_paths_with_workspace(&general, 132),
+        dispatch_paths_with_workspace(&general, 132, HOPPER_SHARED_MEMORY),
         vec![
             "segment_state_bf16_r4",
             "segment_combine_f32",
             "forward_fma_bf16_r4"
         ]
+    );
+    // C = 32 needs ≈ 300 KB in the general kernel: it runs as C = 16, on the tensor-core
+    // kernels where they fit (Hopper), on the general ones where they do not (sm_86/sm_89).
+    let wide = ForwardConfig {
+        chunk_size: 32,
+        ..base
+    };
+    assert_eq!(
+        dispatch_paths_with_workspace(&wide, 132, HOPPER_SHARED_MEMORY),
+        vec![
+            "segment_state_mma_bf16_r4_n128_p64_na32_c16",
+            "segment_combine_f32",
+            "forward_mma_bf16_r4_n128_p64_na32_c16"
+        ]
+    );
+    assert_eq!(
+        dispatch_paths(&wide, 101_376),
+        vec!["forward_fma_bf16_r4"],
+        "{} bytes at C = {}",
+        ForwardConfig {
+            chunk_size: kernel_chunk_size(&wide, 101_376),
+            ..wide
+        }
+        .shared_memory_bytes(),
+        kernel_chunk_size(&wide, 101_376)
     );
     assert_eq!(workspace_len(&base, 132), 3 * 64 * (64 * 128 + 2 * 32 + 1));
     for sms in [1usize, 16, 66, 108, 132, 1000] {
@@ -503,7 +540,10 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
                 let k = sequence_segments(&c, sms);
                 if k == 1 {
                     assert_eq!(workspace_len(&c, sms), 0);
-                    assert_eq!(dispatch_paths_with_workspace(&c, sms), dispatch_paths(&c));
+                    assert_eq!(
+                        dispatch_paths_with_workspace(&c, sms, HOPPER_SHARED_MEMORY),
+                        dispatch_paths(&c, HOPPER_SHARED_MEMORY)
+                    );
                     continue;
                 }
                 assert!(
@@ -517,7 +557,10 @@ fn sequence_split_covers_the_sequence_within_one_wave() {
                     (k - 1) * per < chunks,
                     "{c:?}: K = {k} leaves a segment empty"
                 );
-                assert_eq!(dispatch_paths_with_workspace(&c, sms).len(), 3);
+                assert_eq!(
+                    dispatch_paths_with_workspace(&c, sms, HOPPER_SHARED_MEMORY).len(),
+                    3
+                );
                 assert_eq!(
                     workspace_len(&c, sms),
                     (k - 1) * rows * (c.head_dim * c.state_dim + 2 * c.num_angles + 1)
@@ -747,12 +790,12 @@ fn queries_do_not_panic_on_invalid_configs() {
         let _ = (
             kernel_for(&b),
             segment_state_kernel_for(&b),
-            dispatch_paths(&b),
+            dispatch_paths(&b, HOPPER_SHARED_MEMORY),
         );
         let _ = (tensor_core_fits(&b, 232_448), blocks_per_sm(&b));
         for sm in [0, 1, 132] {
             let _ = (sequence_segments(&b, sm), workspace_len(&b, sm));
-            let _ = dispatch_paths_with_workspace(&b, sm);
+            let _ = dispatch_paths_with_workspace(&b, sm, HOPPER_SHARED_MEMORY);
         }
         let _ = (
             backward::chunked_tokens(&b),

@@ -236,17 +236,23 @@ fn check_path<T: Activation>(
 /// Upstream's 11 dense geometries (spec §8): B=2, S=2048, H=16, G=1, Na=N/4, z and D, gated;
 /// plus the tuned geometry with G=2.
 fn upstream_cases() -> Vec<Case> {
+    upstream_cases_at(2048, 16)
+}
+
+/// Upstream's 11 geometries (spec §8) at B = 2, sequence length `s` and `heads` heads, plus a
+/// G = 2 variant of the benchmark geometry.
+fn upstream_cases_at(s: usize, heads: usize) -> Vec<Case> {
     let gated = opts(Rotation::HalfSplit, OutputMode::Gated, true, true);
     let mut cases: Vec<Case> = UPSTREAM_GRID
         .iter()
         .map(|&(n, p, r, c)| Case {
-            geo: geo(2, 2048, r, 1, 16, n, p, n / 4),
+            geo: geo(2, s, r, 1, heads, n, p, n / 4),
             chunk: c,
             opts: gated,
         })
         .collect();
     cases.push(Case {
-        geo: geo(2, 2048, 4, 2, 16, 128, 64, 32),
+        geo: geo(2, s, 4, 2, heads, 128, 64, 32),
         chunk: 16,
         opts: gated,
     });
@@ -379,6 +385,14 @@ fn forward_matches_golden_on_upstream_geometries() {
     run_grid(&gpu, &upstream_cases(), "upstream grid", 1);
 }
 
+/// Upstream's grid at S = 256 (H = 4): the size at which the sanitizer pass of the staged suite
+/// covers every geometry of the grid (it skips the full-size grids), whole and split.
+#[test]
+fn forward_matches_golden_on_the_grid_at_s256() {
+    let gpu = gpu_or_skip!();
+    run_grid(&gpu, &upstream_cases_at(256, 4), "grid at S=256", 3000);
+}
+
 #[test]
 fn forward_matches_golden_on_small_geometries() {
     let gpu = gpu_or_skip!();
@@ -469,13 +483,16 @@ fn forward_rejects_bad_arguments_before_launch() {
     let case = small_cases()[0];
     let inp = round_inputs::<f32>(&Mamba3Inputs::random(case.geo, case.opts, 3).unwrap());
     let cfg = config_of::<f32>(&inp, case.chunk);
-    assert_eq!(dispatch_paths(&cfg), vec!["forward_fma_f32_r4"]);
+    assert_eq!(
+        dispatch_paths(&cfg, gpu.max_shared_memory_optin()),
+        vec!["forward_fma_f32_r4"]
+    );
     assert!(
         sequence_segments(&cfg, gpu.sm_count()) > 1,
         "the case splits"
     );
     assert_eq!(
-        dispatch_paths_with_workspace(&cfg, gpu.sm_count()),
+        dispatch_paths_with_workspace(&cfg, gpu.sm_count(), gpu.max_shared_memory_optin()),
         vec![
             "segment_state_f32_r4",
             "segment_combine_f32",

@@ -576,14 +576,33 @@ fn chunked_segment_state_kernel_for(config: &ForwardConfig) -> Option<Kernel> {
         .or_else(|| Kernel::segment_state(config.dtype, config.rank))
 }
 
-/// The kernels (PTX symbols, in launch order) that [`forward`] runs for `config`; empty when the
-/// config is invalid.
-pub fn dispatch_paths(config: &ForwardConfig) -> Vec<&'static str> {
+/// The forward kernel and its segment-state pass that run `config` on a GPU with
+/// `max_shared_memory` bytes of opt-in shared memory per block: those of its chunk as run
+/// ([`kernel_chunk_size`]), the tensor-core pair only where its shared memory fits.
+fn run_kernels(config: &ForwardConfig, max_shared_memory: usize) -> Option<(Kernel, Kernel)> {
+    let run = ForwardConfig {
+        chunk_size: kernel_chunk_size(config, max_shared_memory),
+        ..*config
+    };
+    if tensor_core_fits(&run, max_shared_memory) {
+        Some((kernel_for(&run)?, segment_state_kernel_for(&run)?))
+    } else {
+        Some((
+            chunked_kernel_for(&run)?,
+            chunked_segment_state_kernel_for(&run)?,
+        ))
+    }
+}
+
+/// The kernels (PTX symbols, in launch order) that [`forward`] runs for `config` on a GPU with
+/// `max_shared_memory` bytes of opt-in shared memory per block (`Gpu::max_shared_memory_optin`),
+/// given 16-byte aligned views (see [`kernel_for`]); empty when the config is invalid.
+pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&'static str> {
     if validate_config(config).is_err() {
         return Vec::new();
     }
-    kernel_for(config)
-        .map(|k| vec![k.symbol()])
+    run_kernels(config, max_shared_memory)
+        .map(|(k, _)| vec![k.symbol()])
         .unwrap_or_default()
 }
 
@@ -650,14 +669,19 @@ pub fn workspace_len(config: &ForwardConfig, sm_count: usize) -> usize {
 }
 
 /// The kernels (PTX symbols, in launch order) that [`forward_with_workspace`] runs for `config`
-/// on a GPU with `sm_count` SMs; empty when the config is invalid.
-pub fn dispatch_paths_with_workspace(config: &ForwardConfig, sm_count: usize) -> Vec<&'static str> {
-    let single = dispatch_paths(config);
+/// on a GPU with `sm_count` SMs and `max_shared_memory` bytes of opt-in shared memory per block
+/// (as [`dispatch_paths`]); empty when the config is invalid.
+pub fn dispatch_paths_with_workspace(
+    config: &ForwardConfig,
+    sm_count: usize,
+    max_shared_memory: usize,
+) -> Vec<&'static str> {
+    let single = dispatch_paths(config, max_shared_memory);
     if single.is_empty() || sequence_segments(config, sm_count) <= 1 {
         return single;
     }
-    match segment_state_kernel_for(config) {
-        Some(k) => vec![k.symbol(), Kernel::SegmentCombineF32.symbol(), single[0]],
+    match run_kernels(config, max_shared_memory) {
+        Some((_, k)) => vec![k.symbol(), Kernel::SegmentCombineF32.symbol(), single[0]],
         None => Vec::new(),
     }
 }
