@@ -189,10 +189,20 @@ fn check<T: Activation>(
         case.chunk,
         case.opts
     );
-    for (name, e) in &errs {
+    // An ill-conditioned f32 call (one f32 rounding of its inputs moves a gradient by more than
+    // the target allows) is bounded by ROUNDINGS × that gradient's own spread instead; the spread
+    // is computed only when the target is exceeded.
+    let spreads = if T::DTYPE == mamba3::Dtype::F32 && errs.iter().any(|(_, e)| *e > tol) {
+        common::backward_rounding_spread(&inp, &dout_host, &reference)
+    } else {
+        vec![0.0; errs.len()]
+    };
+    for ((name, e), spread) in errs.iter().zip(&spreads) {
+        let bound = tol.max(common::ROUNDINGS * spread);
         assert!(
-            *e <= tol,
-            "{name}: error {e:e} above {tol:e} for {case:?} ({:?}, {path:?})",
+            *e <= bound,
+            "{name}: error {e:e} above {bound:e} (target {tol:e}, rounding spread {spread:e}) \
+             for {case:?} ({:?}, {path:?})",
             T::DTYPE
         );
     }

@@ -568,6 +568,37 @@ pub fn forward_rounding_spread(call: &Mamba3Inputs, reference: &[f64]) -> f64 {
     (0..SPREAD_DRAWS).map(spread).fold(0.0, nan_max)
 }
 
+/// Per-gradient spread of `golden::backward_recurrent` (in the order of `Gradients::tensors`, each
+/// measured as the GPU tests measure errors, [`grad_err`] against `reference`) when every
+/// real-valued input moves by one f32 rounding, the largest over [`SPREAD_DRAWS`] sign patterns;
+/// `dout` stays as given (the kernels read it exactly). Large only for ill-conditioned calls, e.g.
+/// a fused norm over P = 2 whose ∂angles is a small difference of large terms.
+#[allow(dead_code)]
+pub fn backward_rounding_spread(
+    call: &Mamba3Inputs,
+    dout: &[f64],
+    reference: &mamba3::golden::Gradients,
+) -> Vec<f64> {
+    let want = reference.tensors();
+    let call_scale = want
+        .iter()
+        .flat_map(|(_, x)| x.iter())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let mut worst = vec![0.0f64; want.len()];
+    for draw in 0..SPREAD_DRAWS {
+        let mut nudge = one_rounding(draw);
+        let mut inp = call.clone();
+        activations_mut(&mut inp).for_each(|v| nudge(v));
+        parameters_mut(&mut inp).for_each(|v| nudge(v));
+        let got =
+            mamba3::golden::backward_recurrent(&inp, dout).expect("perturbed golden backward");
+        for (w, ((_, g), (_, r))) in worst.iter_mut().zip(got.tensors().iter().zip(&want)) {
+            *w = nan_max(*w, grad_err(g, r, call_scale));
+        }
+    }
+    worst
+}
+
 /// The float32 bound of a forward call whose worst error is `err`: the 2e-6 target, or for an
 /// ill-conditioned call [`ROUNDINGS`] × its [`forward_rounding_spread`] when that is larger (the
 /// spread is only computed when the target is exceeded).
