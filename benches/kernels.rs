@@ -708,6 +708,23 @@ fn bench_backward_one<T: Activation>(
         forward(gpu, stream, &fwd_cfg, &inputs, &mut out.as_view_mut(), None).unwrap();
         run_backward()
     });
+    // Where the tensor-core backward runs, the chunked kernel it replaced, for comparison.
+    let path = backward::backward_path(&bwd_cfg, gpu.max_shared_memory_optin());
+    let ms_chunked = (path == backward::BackwardPath::TensorCore).then(|| {
+        time_ms(gpu, stream, 1, 3, || {
+            backward::backward_with_path(
+                gpu,
+                stream,
+                &bwd_cfg,
+                backward::BackwardPath::Chunked,
+                &inputs,
+                &dout.as_view(),
+                &mut grads.as_views_mut(),
+                &mut workspace.as_view_mut(),
+            )
+            .unwrap()
+        })
+    });
     let (tokens, rf, nf, pf, cf) = ((b * s * h) as f64, 4.0, 128.0, 64.0, 16.0);
     let fwd_flops = tokens * (2.0 * cf * rf * rf * (nf + pf) + 4.0 * rf * nf * pf);
     let bwd_flops = tokens
@@ -731,6 +748,14 @@ fn bench_backward_one<T: Activation>(
             ms,
             100.0 * frac,
             backward::dispatch_paths(&bwd_cfg, gpu.max_shared_memory_optin()).join(", ")
+        );
+    }
+    if let Some(ms) = ms_chunked {
+        println!(
+            "{:<34} {:>10.3} ms {:>7.3}% of the §3.4 floor at 790 TFLOP/s   (the chunked kernel, pinned)",
+            format!("backward-chunked/{dtype}/H={h}/B={b}/S={s}"),
+            ms,
+            100.0 * bwd_flops / (ms * 1e-3) / TC_FLOP_PER_S
         );
     }
 }

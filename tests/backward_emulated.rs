@@ -14,8 +14,9 @@ mod emulation;
 
 use mamba3::golden::{backward_recurrent, Gradients, Mamba3Inputs, OutputMode, Rotation};
 use mamba3_abi::{
-    output_mode, rotation, BackwardChunkedSmem, BackwardParams, BackwardSmem, BackwardWorkspace,
-    BACKWARD_THREADS,
+    backward_mma_smem, forward_mma_smem, output_mode, rotation, BackwardChunkedSmem,
+    BackwardParams, BackwardSmem, BackwardWorkspace, ForwardParams, BACKWARD_MMA_THREADS,
+    BACKWARD_THREADS, FORWARD_MMA_THREADS,
 };
 
 use common::{geo, grad_err, letters, opts, quantize, worst_over};
@@ -41,6 +42,29 @@ mod tile_mac;
 #[path = "../kernels/src/tile_mma.rs"]
 mod tile_mma;
 
+#[allow(clippy::all)]
+#[path = "../kernels/src/chunked_forward.rs"]
+mod chunked_forward;
+
+#[allow(clippy::all)]
+#[path = "../kernels/src/chunked_forward_mma.rs"]
+mod chunked_forward_mma;
+
+#[allow(clippy::all)]
+#[path = "../kernels/src/backward_mma.rs"]
+mod backward_mma;
+
+/// The per-head backward kernel an emulated run takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    /// `backward_head` (segments of `seg_len` tokens).
+    TokenSerial,
+    /// `backward_chunked` (chunks of `seg_len` tokens).
+    Chunked,
+    /// The checkpoint sweep then `backward_mma` (R = 4, N = 128, P = 64, Na = 32, bf16, C = 16).
+    TensorCore,
+}
+
 /// Random ∂L/∂out in the output's layout, rounded to the activation type.
 fn random_dout(inp: &Mamba3Inputs, seed: u64, bf16: bool) -> Vec<f64> {
     let g = inp.geometry;
@@ -58,16 +82,16 @@ fn random_dout(inp: &Mamba3Inputs, seed: u64, bf16: bool) -> Vec<f64> {
         .collect()
 }
 
-/// Runs the emulated per-head kernel (the chunked one with `seg_len` tokens per chunk when
-/// `chunked`, else the token-serial one with segments of `seg_len`) and the reduce kernel;
-/// returns the gradients in the golden model's layout.
+/// Runs the emulated per-head `kernel` (`seg_len` tokens per chunk or segment) and the reduce
+/// kernel; returns the gradients in the golden model's layout.
 fn run_emulated(
     inp: &Mamba3Inputs,
     dout_host: &[f64],
     seg_len: usize,
     bf16: bool,
-    chunked: bool,
+    kernel: Kernel,
 ) -> Gradients {
+    let chunked = kernel == Kernel::Chunked;
     let g = inp.geometry;
     let (b, s, r, gr, h, n, p, na) = letters(&g);
     let mut bufs = Memory::default();
@@ -206,34 +230,87 @@ fn run_emulated(
         },
         norm_eps: inp.norm.as_ref().map_or(1e-5, |nw| nw.eps as f32),
         reduce_blocks,
+        qkh_bf16: u32::from(kernel == Kernel::TensorCore),
     };
+    if kernel == Kernel::TensorCore {
+        assert!(bf16 && (r, n, p, na, seg_len) == (4, 128, 64, 32, 16));
+        let sweep = ForwardParams {
+            q,
+            k,
+            v,
+            z,
+            trap,
+            dt,
+            adt,
+            angles,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_z,
+            mimo_o,
+            d,
+            norm_weight,
+            batch: b as u32,
+            seq_len: s as u32,
+            rank: r as u32,
+            heads: h as u32,
+            groups: gr as u32,
+            n: n as u32,
+            p: p as u32,
+            na: na as u32,
+            chunk: 16,
+            mode: params.mode,
+            rotation: params.rotation,
+            norm_eps: params.norm_eps,
+            segments: 1,
+            seg_state: ckpt,
+            seg_theta: cs,
+            ..ForwardParams::default()
+        };
+        emulation::run_grid(
+            (h as u32, b as u32),
+            FORWARD_MMA_THREADS as usize,
+            forward_mma_smem::BYTES as usize / 4,
+            &bufs.buffers,
+            || unsafe { chunked_forward_mma::chunked_forward_mma::<true, false, true>(&sweep) },
+        );
+        emulation::run_grid(
+            (h as u32, b as u32),
+            BACKWARD_MMA_THREADS as usize,
+            backward_mma_smem::BYTES as usize / 4,
+            &bufs.buffers,
+            || unsafe { backward_mma::backward_mma(&params) },
+        );
+    }
     let words = if chunked {
         BackwardChunkedSmem::new(seg_len as u32, r as u32, n as u32, p as u32, na as u32).total
     } else {
         BackwardSmem::new(r as u32, n as u32, p as u32, na as u32).total
     };
-    emulation::run_grid(
-        (h as u32, b as u32),
-        BACKWARD_THREADS as usize,
-        words as usize,
-        &bufs.buffers,
-        || unsafe {
-            use backward_chunked::backward_chunked;
-            use backward_chunked::FixedBackward as Fixed;
-            use geometry::AnyGeometry;
-            // The host launches the fixed instantiation exactly when the call's geometry is its
-            // own; so does the emulation.
-            let fixed = chunked && (r, n, p, na) == (4, 128, 64, 32);
-            match (chunked, bf16) {
-                (true, true) if fixed => backward_chunked::<elem::Bf16, Fixed>(&params),
-                (true, false) if fixed => backward_chunked::<f32, Fixed>(&params),
-                (true, true) => backward_chunked::<elem::Bf16, AnyGeometry>(&params),
-                (true, false) => backward_chunked::<f32, AnyGeometry>(&params),
-                (false, true) => backward_recurrent::backward_head::<elem::Bf16>(&params),
-                (false, false) => backward_recurrent::backward_head::<f32>(&params),
-            }
-        },
-    );
+    if kernel != Kernel::TensorCore {
+        emulation::run_grid(
+            (h as u32, b as u32),
+            BACKWARD_THREADS as usize,
+            words as usize,
+            &bufs.buffers,
+            || unsafe {
+                use backward_chunked::backward_chunked;
+                use backward_chunked::FixedBackward as Fixed;
+                use geometry::AnyGeometry;
+                // The host launches the fixed instantiation exactly when the call's geometry is its
+                // own; so does the emulation.
+                let fixed = chunked && (r, n, p, na) == (4, 128, 64, 32);
+                match (chunked, bf16) {
+                    (true, true) if fixed => backward_chunked::<elem::Bf16, Fixed>(&params),
+                    (true, false) if fixed => backward_chunked::<f32, Fixed>(&params),
+                    (true, true) => backward_chunked::<elem::Bf16, AnyGeometry>(&params),
+                    (true, false) => backward_chunked::<f32, AnyGeometry>(&params),
+                    (false, true) => backward_recurrent::backward_head::<elem::Bf16>(&params),
+                    (false, false) => backward_recurrent::backward_head::<f32>(&params),
+                }
+            },
+        );
+    }
     emulation::run_grid(
         (reduce_blocks, 1),
         BACKWARD_THREADS as usize,
@@ -277,16 +354,21 @@ struct Case {
 
 /// Runs `case` on the chunked kernel (`seg_len` = tokens per chunk).
 fn check_chunked(case: &Case, seed: u64) -> f64 {
-    check_kernel(case, seed, true)
+    check_kernel(case, seed, Kernel::Chunked)
 }
 
 /// Runs `case` on the token-serial kernel.
 fn check(case: &Case, seed: u64) -> f64 {
-    check_kernel(case, seed, false)
+    check_kernel(case, seed, Kernel::TokenSerial)
+}
+
+/// Runs `case` on the tensor-core kernel.
+fn check_mma(case: &Case, seed: u64) -> f64 {
+    check_kernel(case, seed, Kernel::TensorCore)
 }
 
 /// Runs `case` on one kernel; returns the worst relative error over every gradient.
-fn check_kernel(case: &Case, seed: u64, chunked: bool) -> f64 {
+fn check_kernel(case: &Case, seed: u64, kernel: Kernel) -> f64 {
     let mut inp = Mamba3Inputs::random(case.geo, case.opts, seed).unwrap();
     if case.bf16 {
         quantize::<half::bf16>(&mut inp);
@@ -295,7 +377,7 @@ fn check_kernel(case: &Case, seed: u64, chunked: bool) -> f64 {
     }
     let dout = random_dout(&inp, seed ^ 0x5eed, case.bf16);
     let reference = backward_recurrent(&inp, &dout).unwrap();
-    let ours = run_emulated(&inp, &dout, case.seg_len, case.bf16, chunked);
+    let ours = run_emulated(&inp, &dout, case.seg_len, case.bf16, kernel);
     let tol = if case.bf16 { 2e-2 } else { 1e-5 };
     let call_scale = reference
         .tensors()
@@ -319,8 +401,7 @@ fn check_kernel(case: &Case, seed: u64, chunked: bool) -> f64 {
         worst = worst.max(e);
     }
     eprintln!(
-        "emulated {} backward {} {:?} L={} {:?}:{line}",
-        if chunked { "chunked" } else { "token-serial" },
+        "emulated {kernel:?} backward {} {:?} L={} {:?}:{line}",
         if case.bf16 { "bf16" } else { "f32" },
         case.geo,
         case.seg_len,
@@ -537,7 +618,12 @@ fn random_geometries(seed: u64, cases: u64, bf16: bool, chunked: bool) -> f64 {
             opts: opts(rotation, mode, pick(2) == 0, pick(2) == 0),
             bf16,
         };
-        worst = worst.max(check_kernel(&case, seed + i, chunked));
+        let kernel = if chunked {
+            Kernel::Chunked
+        } else {
+            Kernel::TokenSerial
+        };
+        worst = worst.max(check_kernel(&case, seed + i, kernel));
     }
     eprintln!(
         "emulated {} backward {}: worst error {worst:.2e} over {cases} random geometries",
@@ -604,7 +690,12 @@ fn emulated_angle_gradient_error_does_not_grow_with_sequence_length() {
         // (worst absolute error, largest |reference|) over the first `watched` tokens.
         let early_error = |inp: &Mamba3Inputs, dout: &[f64]| {
             let reference = backward_recurrent(inp, dout).unwrap();
-            let ours = run_emulated(inp, dout, 16, false, chunked);
+            let kernel = if chunked {
+                Kernel::Chunked
+            } else {
+                Kernel::TokenSerial
+            };
+            let ours = run_emulated(inp, dout, 16, false, kernel);
             let (o, rf) = (&ours.angle_logits, &reference.angle_logits);
             assert!(o.iter().all(|v| v.is_finite()), "non-finite ∂angles");
             (0..watched * na).fold((0.0f64, 0.0f64), |(e, m), i| {
@@ -633,5 +724,82 @@ fn emulated_angle_gradient_error_does_not_grow_with_sequence_length() {
             "{kernel}: the first tokens' ∂angles error {e_long:e} is above 1e-6 of their largest \
              gradient {scale:e}"
         );
+    }
+}
+
+#[test]
+fn emulated_tensor_core_backward_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    // The checkpoint sweep and the tensor-core backward (R = 4, N = 128, P = 64, Na = 32, C = 16,
+    // bf16): full chunks and a tail, a single short chunk, both rotations, every mode, ±z, ±D,
+    // GQA, two batch rows.
+    let cases = [
+        Case {
+            geo: geo(1, 37, 4, 1, 1, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 21, 4, 1, 1, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(Pairwise, FusedNorm, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(2, 19, 4, 1, 2, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(HalfSplit, Prereduce, false, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(1, 7, 4, 2, 2, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(Pairwise, FusedNorm, false, false),
+            bf16: true,
+        },
+    ];
+    let worst = worst_over(&cases, 300, check_mma);
+    eprintln!(
+        "emulated tensor-core backward: worst error {worst:.2e} over {} cases",
+        cases.len()
+    );
+}
+
+/// A single token on the tensor-core backward (B = 1, H = 2; the GPU suite's case and seed):
+/// head 1's ∂trap is a sum of rank-pair products `(q̂·k̂)(δ·x)` that cancels to 1/300 of its
+/// terms, so the bf16 operand roundings move it by 2e-2 of the call's largest ∂trap, and one bf16
+/// rounding of the inputs moves the exact value by as much (2.35e-2): the call is bounded by
+/// `BF16_ROUNDINGS` × its bf16 rounding spread, as the GPU test bounds it.
+#[test]
+fn emulated_tensor_core_ill_conditioned_call_stays_within_its_spread() {
+    use OutputMode::*;
+    use Rotation::*;
+    let geo = geo(1, 1, 4, 1, 2, 128, 64, 32);
+    let mut inp = Mamba3Inputs::random(geo, opts(HalfSplit, Gated, true, true), 8500).unwrap();
+    quantize::<half::bf16>(&mut inp);
+    let mut rng = mamba3::golden::SplitMix64::new(8500 ^ 0xd0d7);
+    let dout: Vec<f64> = (0..2 * inp.output_width())
+        .map(|_| half::bf16::from_f64(rng.normal()).to_f64())
+        .collect();
+    let reference = backward_recurrent(&inp, &dout).unwrap();
+    let ours = run_emulated(&inp, &dout, 16, true, Kernel::TensorCore);
+    let spreads = common::backward_rounding_spread(&inp, &dout, &reference, common::BF16_ROUNDING);
+    let call_scale = reference
+        .tensors()
+        .iter()
+        .flat_map(|(_, x)| x.iter())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    for (((name, o), (_, rf)), spread) in ours
+        .tensors()
+        .into_iter()
+        .zip(reference.tensors())
+        .zip(spreads)
+    {
+        let e = grad_err(o, rf, call_scale);
+        let bound = 2e-2f64.max(common::BF16_ROUNDINGS * spread);
+        eprintln!("{name}: error {e:.2e}, bf16 spread {spread:.2e}, bound {bound:.2e}");
+        assert!(e <= bound, "{name}: error {e:e} above {bound:e}");
     }
 }

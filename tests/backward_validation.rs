@@ -167,17 +167,19 @@ fn chunked_backward_takes_the_geometries_it_supports() {
     };
     // 64 rows: 16 tokens of rank 4 at the model geometry, within the H200's shared memory.
     assert_eq!(chunked_tokens(&model), Some(16));
+    // In bf16 the model geometry runs the tensor-core backward (its checkpoint sweep first), in
+    // f32 the chunked instantiation compiled for it; any other rank or dimension the general
+    // chunked kernel; a device without room for the layouts the token-serial kernel.
     assert_eq!(
         backward_path(&model, H200_SHARED_MEMORY),
-        BackwardPath::Chunked
+        BackwardPath::TensorCore
     );
     assert_eq!(backward_path(&model, 101_376), BackwardPath::TokenSerial);
-    // The model geometry runs the instantiation compiled for it; any other rank or dimension the
-    // general kernel; a device without room for the layout the token-serial kernel.
     assert_eq!(
         dispatch_paths(&model, H200_SHARED_MEMORY),
         vec![
-            "backward_chunked_fixed_bf16_r4_n128_p64_na32",
+            "backward_ckpt_mma_bf16_r4_n128_p64_na32_c16",
+            "backward_mma_bf16_r4_n128_p64_na32_c16",
             "backward_reduce_bf16"
         ]
     );
@@ -185,6 +187,10 @@ fn chunked_backward_takes_the_geometries_it_supports() {
         dtype: Dtype::F32,
         ..model
     };
+    assert_eq!(
+        backward_path(&model_f32, H200_SHARED_MEMORY),
+        BackwardPath::Chunked
+    );
     assert_eq!(
         dispatch_paths(&model_f32, H200_SHARED_MEMORY),
         vec![

@@ -286,7 +286,7 @@ fn run_emulated(
             &mem.buffers,
             || unsafe {
                 if bf16 {
-                    chunked_forward_mma::chunked_forward_mma::<true, false>(&params)
+                    chunked_forward_mma::chunked_forward_mma::<true, false, false>(&params)
                 } else {
                     chunked_forward_tf32::chunked_forward_tf32::<true>(&params)
                 }
@@ -357,9 +357,9 @@ fn run_emulated(
                 if !bf16 {
                     chunked_forward_tf32::chunked_forward_tf32::<false>(&params)
                 } else if short {
-                    chunked_forward_mma::chunked_forward_mma::<false, true>(&params)
+                    chunked_forward_mma::chunked_forward_mma::<false, true, false>(&params)
                 } else {
-                    chunked_forward_mma::chunked_forward_mma::<false, false>(&params)
+                    chunked_forward_mma::chunked_forward_mma::<false, false, false>(&params)
                 }
             },
         );

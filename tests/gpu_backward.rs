@@ -189,16 +189,22 @@ fn check<T: Activation>(
         case.chunk,
         case.opts
     );
-    // An ill-conditioned f32 call (one f32 rounding of its inputs moves a gradient by more than
-    // the target allows) is bounded by ROUNDINGS × that gradient's own spread instead; the spread
-    // is computed only when the target is exceeded.
-    let spreads = if T::DTYPE == mamba3::Dtype::F32 && errs.iter().any(|(_, e)| *e > tol) {
-        common::backward_rounding_spread(&inp, &dout_host, &reference)
+    // An ill-conditioned call (one rounding of its inputs at the dtype's level moves a gradient by
+    // more than the target allows) is bounded by a multiple of that gradient's own spread instead:
+    // ROUNDINGS × the f32 spread, BF16_ROUNDINGS × the bf16 one. The spread is computed only when
+    // the target is exceeded.
+    let (unit, times) = if T::DTYPE == mamba3::Dtype::F32 {
+        (common::F32_ROUNDING, common::ROUNDINGS)
+    } else {
+        (common::BF16_ROUNDING, common::BF16_ROUNDINGS)
+    };
+    let spreads = if errs.iter().any(|(_, e)| *e > tol) {
+        common::backward_rounding_spread(&inp, &dout_host, &reference, unit)
     } else {
         vec![0.0; errs.len()]
     };
     for ((name, e), spread) in errs.iter().zip(&spreads) {
-        let bound = tol.max(common::ROUNDINGS * spread);
+        let bound = tol.max(times * spread);
         assert!(
             *e <= bound,
             "{name}: error {e:e} above {bound:e} (target {tol:e}, rounding spread {spread:e}) \
@@ -220,9 +226,12 @@ fn run_grid(cases: &[Case], label: &str, seed0: u64, path: BackwardPath) {
     let mut worst_bf16: BTreeMap<&'static str, f64> = BTreeMap::new();
     for (i, case) in cases.iter().enumerate() {
         let seed = seed0 + i as u64;
-        for (name, e) in check::<f32>(&gpu, &s, case, seed, path) {
-            let w = worst_f32.entry(name).or_insert(0.0);
-            *w = w.max(e);
+        // The tensor-core backward takes bf16 activations only.
+        if path != BackwardPath::TensorCore {
+            for (name, e) in check::<f32>(&gpu, &s, case, seed, path) {
+                let w = worst_f32.entry(name).or_insert(0.0);
+                *w = w.max(e);
+            }
         }
         for (name, e) in check::<bf16>(&gpu, &s, case, seed, path) {
             let w = worst_bf16.entry(name).or_insert(0.0);
@@ -230,6 +239,9 @@ fn run_grid(cases: &[Case], label: &str, seed0: u64, path: BackwardPath) {
         }
     }
     for (dtype, worst) in [("f32", &worst_f32), ("bf16", &worst_bf16)] {
+        if worst.is_empty() {
+            continue;
+        }
         let line: Vec<String> = worst
             .iter()
             .map(|(name, e)| format!("{name} {e:.2e}"))
@@ -331,6 +343,50 @@ fn backward_matches_golden_on_upstream_geometries() {
     run_grid(&upstream_cases(), "upstream", 8000, BackwardPath::Chunked);
 }
 
+/// Calls at the tensor-core backward's geometry (R = 4, N = 128, P = 64, Na = 32).
+fn tensor_core_case(b: usize, s: usize, g: usize, h: usize, opts: RandomOptions) -> Case {
+    Case {
+        geo: geo(b, s, 4, g, h, 128, 64, 32),
+        chunk: 16,
+        opts,
+    }
+}
+
+/// Small calls on the tensor-core backward: S = 1, a tail chunk, one short chunk, both rotations,
+/// every mode, ±z, ±D, GQA, B = 2 (the fused norm without z, whose ∂D is a small difference of
+/// large terms, among them).
+#[test]
+fn tensor_core_backward_matches_golden_on_small_geometries() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        tensor_core_case(1, 1, 1, 2, opts(HalfSplit, Gated, true, true)),
+        tensor_core_case(1, 37, 2, 4, opts(Pairwise, FusedNorm, true, false)),
+        tensor_core_case(2, 130, 1, 2, opts(Pairwise, FusedNorm, false, true)),
+        tensor_core_case(1, 45, 1, 3, opts(HalfSplit, Prereduce, true, true)),
+        tensor_core_case(2, 9, 2, 2, opts(Pairwise, Prereduce, false, false)),
+    ];
+    run_grid(&cases, "tensor-core small", 8500, BackwardPath::TensorCore);
+}
+
+/// The tensor-core backward on upstream's gated case and the fused-norm GQA case at B = 2,
+/// S = 2048, H = 4.
+#[test]
+fn tensor_core_backward_matches_golden_on_upstream_geometries() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        tensor_core_case(2, 2048, 1, 4, opts(HalfSplit, Gated, true, true)),
+        tensor_core_case(2, 2048, 2, 4, opts(HalfSplit, FusedNorm, true, true)),
+    ];
+    run_grid(
+        &cases,
+        "tensor-core upstream",
+        8400,
+        BackwardPath::TensorCore,
+    );
+}
+
 /// The fixed-geometry kernel (R = 4, N = 128, P = 64, Na = 32) at S = 2048 and S = 16384 (B = 1,
 /// H = 2): every gradient within the bounds at both lengths; prints the ratio of the worst errors
 /// (the running sums over the sequence, of the adjoint and of ∂θ, are where an error would grow).
@@ -368,6 +424,24 @@ fn backward_error_stays_within_bounds_at_long_sequences() {
             long.1 / short.1
         );
     }
+    let run = |case: &Case| {
+        worst(check::<bf16>(
+            &gpu,
+            &s,
+            case,
+            9100,
+            BackwardPath::TensorCore,
+        ))
+    };
+    let (short, long) = (run(&at(2048)), run(&at(16384)));
+    eprintln!(
+        "backward TensorCore Bf16 long sequence: worst S=2048 {} {:.2e}, S=16384 {} {:.2e} (ratio {:.2})",
+        short.0,
+        short.1,
+        long.0,
+        long.1,
+        long.1 / short.1
+    );
 }
 
 /// 24 random geometries, or `MAMBA3_PROPTEST_CASES` (the sanitizer runs use fewer).

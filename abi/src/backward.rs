@@ -11,7 +11,7 @@ pub const BACKWARD_THREADS: u32 = 256;
 /// dq, dk `(B,S,R,G,N)` X; dv, dz `(B,S,H,P)` X; dtrap `(B,H,S)` X (w.r.t. the raw logits);
 /// ddt, dadt `(B,H,S)` f32; dangles `(B,S,H,Na)` f32 (w.r.t. the raw logits); dq_bias, dk_bias
 /// `(H,R,N)`, dmimo_v/z/o `(H,R,P)`, dd `(H)`, dnorm `(H,P)` f32 (optional ones 0 when absent).
-/// Workspace (f32, sizes from [`BackwardWorkspace`]): `ckpt` state checkpoints per segment,
+/// Workspace (f32 words, sizes from [`BackwardWorkspace`]): `ckpt` state checkpoints per segment,
 /// `seg` the recomputed states of one segment, `cs` cosines and sines of every θ, `dqh`/`dkh`
 /// per-value-head q/k gradients `(B,S,R,H,N)`, `slots` per-(b, h) parameter-gradient partials.
 #[repr(C)]
@@ -79,15 +79,18 @@ pub struct BackwardParams {
     pub dd: u64,
     /// `(H,P)` f32 or 0 (reduce kernel).
     pub dnorm: u64,
-    /// Workspace: states entering each segment, `(B,H,nseg,P,N)` f32 (segment 0 unused).
+    /// Workspace: states entering each segment, `(B,H,nseg,P,N)` f32 (segment 0 unused); on the
+    /// tensor-core path the checkpoint sweep's states entering each chunk, `(B,H,⌈S/16⌉,P,N)`
+    /// bf16.
     pub ckpt: u64,
     /// Workspace: states of the segment being reversed, `(B,H,min(L,S),P,N)` f32.
     pub seg: u64,
-    /// Workspace: `cos θ`, `sin θ` of every token, `(B,H,S,2,Na)` f32.
+    /// Workspace: `cos θ`, `sin θ` of every token, `(B,H,S,2,Na)` f32; on the tensor-core path
+    /// θ entering each chunk as f32 `(hi, lo)` pairs, `(B,H,⌈S/16⌉,Na,2)`.
     pub cs: u64,
-    /// Workspace: per-value-head ∂L/∂q̃ `(B,S,R,H,N)` f32.
+    /// Workspace: per-value-head ∂L/∂q̃ `(B,S,R,H,N)` f32 (bf16 when [`Self::qkh_bf16`]).
     pub dqh: u64,
-    /// Workspace: per-value-head ∂L/∂k̃ `(B,S,R,H,N)` f32.
+    /// Workspace: per-value-head ∂L/∂k̃ `(B,S,R,H,N)` f32 (bf16 when [`Self::qkh_bf16`]).
     pub dkh: u64,
     /// Workspace: parameter-gradient partials `(B,H,slot_len)` f32, see [`BackwardSlots`].
     pub slots: u64,
@@ -117,6 +120,9 @@ pub struct BackwardParams {
     pub norm_eps: f32,
     /// Blocks of the reduce kernel's grid (grid-stride loop).
     pub reduce_blocks: u32,
+    /// 1 when `dqh` / `dkh` hold bf16 (the tensor-core backward, whose activations are bf16 and
+    /// whose per-head partials would otherwise double the HBM traffic of the call), 0 for f32.
+    pub qkh_bf16: u32,
 }
 
 impl BackwardParams {
@@ -515,4 +521,94 @@ pub const fn backward_chunked_smem_bytes(c: u64, r: u64, n: u64, p: u64, na: u64
         return u64::MAX;
     }
     BackwardChunkedSmem::new(c as u32, r as u32, n as u32, p as u32, na as u32).bytes() as u64
+}
+
+/// Threads per block of the tensor-core backward (`backward_mma_*`): eight warps, warp `w` owning
+/// row tile `w mod 4` and column half `w / 4` of every chunk product.
+pub const BACKWARD_MMA_THREADS: u32 = 256;
+
+/// Shared-memory layout of the tensor-core backward (`backward_mma_bf16_r4_n128_p64_na32_c16`),
+/// byte offsets from the dynamic shared base. A chunk is C = 16 tokens, M = 64 rank-flattened rows
+/// `ρ = 4i + r`; the GEMM operands are bf16 tiles with row strides padded by 16 bytes (the eight
+/// 16-byte rows of an `ldmatrix` matrix fall on 32 distinct banks in either orientation).
+pub mod backward_mma_smem {
+    /// Row stride in bytes of the 128-wide bf16 tiles (q̂, k̂, the state, its adjoint).
+    pub const QK_STRIDE: u32 = 272;
+    /// Row stride in bytes of the 64-wide bf16 tiles (x, δ, e^A·δ, the weighted score tiles).
+    pub const X_STRIDE: u32 = 144;
+    /// Row stride in bytes of the f32 `(64, 64)` region [`Y`] (72 words: the 8-byte accesses of a
+    /// half-warp in the accumulator layout fall on 32 distinct banks).
+    pub const Y_STRIDE: u32 = 288;
+    /// Rotated, biased q̂ `(64 rows, 128)` bf16.
+    pub const QH: u32 = 0;
+    /// Rotated, biased k̂ `(64, 128)` bf16.
+    pub const KH: u32 = QH + 64 * QK_STRIDE;
+    /// The state entering the chunk, `(P = 64, N = 128)` bf16.
+    pub const HS: u32 = KH + 64 * QK_STRIDE;
+    /// The adjoint of the state leaving the chunk, `(P, N)` bf16 (the f32 adjoint lives in
+    /// registers).
+    pub const GS: u32 = HS + 64 * QK_STRIDE;
+    /// x = v ⊙ mimo_v `(64, 64)` bf16.
+    pub const X: u32 = GS + 64 * QK_STRIDE;
+    /// δ = ∂L/∂y `(64, 64)` bf16.
+    pub const DL: u32 = X + 64 * X_STRIDE;
+    /// `e^{A_i}·δ` `(64, 64)` bf16.
+    pub const DLA: u32 = DL + 64 * X_STRIDE;
+    /// Weighted scores `W ⊙ q̂k̂ᵀ` `(64, 64)` bf16.
+    pub const WS: u32 = DLA + 64 * X_STRIDE;
+    /// Weighted score gradients `W ⊙ δxᵀ` `(64, 64)` bf16.
+    pub const WD: u32 = WS + 64 * X_STRIDE;
+    /// Raw q rows of the next chunk `(64, 128)` bf16, unpadded (the `cp.async` staging area); the
+    /// output-stage partials at the end of the kernel.
+    pub const RAW_Q: u32 = WD + 64 * X_STRIDE;
+    /// Raw k rows of the next chunk `(64, 128)` bf16.
+    pub const RAW_K: u32 = RAW_Q + 64 * 256;
+    /// Two banks (chunk parity) of raw rows: v `(16, 64)` bf16 at +0, z at +[`BANK_Z`], ∂L/∂out
+    /// at +[`BANK_DOUT`] (`(16, 64)`, or `(64, 64)` rows `ρ` in prereduce mode).
+    pub const BANK: u32 = RAW_K + 64 * 256;
+    /// Offset of the z rows within a bank.
+    pub const BANK_Z: u32 = 2048;
+    /// Offset of the ∂L/∂out rows within a bank.
+    pub const BANK_DOUT: u32 = 4096;
+    /// Bytes of one bank.
+    pub const BANK_BYTES: u32 = 4096 + 8192;
+    /// Recomputed outputs y `(64, 64)` f32, then the gate gradients `∂gate·silu'·mimo_z`.
+    pub const Y: u32 = BANK + 2 * BANK_BYTES;
+    /// `(cos θ, sin θ)` of the chunk `(16 times, 32 angles)` f32 pairs.
+    pub const CS: u32 = Y + 64 * Y_STRIDE;
+    /// tanh of the angle logits `(16, 32)` f32, then the θ part of ∂Δ per (time, angle).
+    pub const DTHA: u32 = CS + 16 * 32 * 8;
+    /// ∂L/∂θ per (time, angle) `(16, 32)` f32.
+    pub const DTH: u32 = DTHA + 16 * 32 * 4;
+    /// Per-token scalars `(12, 16)` f32 (see the kernel's `TOK_*` rows).
+    pub const TOK: u32 = DTH + 16 * 32 * 4;
+    /// Token-pair weights W(t, s) `(16, 16)` f32.
+    pub const WT: u32 = TOK + 12 * 16 * 4;
+    /// Token-pair decays E(t, s) `(16, 16)` f32.
+    pub const ET: u32 = WT + 16 * 16 * 4;
+    /// Token-pair score gradients m(t, s) `(16, 16)` f32.
+    pub const PM: u32 = ET + 16 * 16 * 4;
+    /// Per-row partials of the state-pass sums `x·G·k̂` `(64 rows, 2 column halves)` f32.
+    pub const SP: u32 = PM + 16 * 16 * 4;
+    /// Per-row partials of the inter-chunk part of ∂A, `q̂·(e^A δ H̃)` `(64, 2)` f32.
+    pub const QI: u32 = SP + 64 * 2 * 4;
+    /// Per-warp angle-increment totals `(8, 32)` f64.
+    pub const TOT: u32 = QI + 64 * 2 * 4;
+    /// Per-row-tile partials of the boundary sums of ∂θ `(4, 32)` f32.
+    pub const BDT: u32 = TOT + 8 * 32 * 8;
+    /// Running sums of ∂θ handed between chunks, two banks (chunk parity) `(2, 32)` f32.
+    pub const SUFFIX: u32 = BDT + 4 * 32 * 4;
+    /// Per-warp partials of ⟨G, H̃⟩ (8 words) and the pending first token of the chunk after (two
+    /// slots by chunk parity, 5 words each, from word 16) `(32)` words.
+    pub const MISC: u32 = SUFFIX + 2 * 32 * 4;
+    /// Accumulated ∂q_bias partials `(4 row tiles, R, N)` f32.
+    pub const ACC_QB: u32 = MISC + 32 * 4;
+    /// Accumulated ∂k_bias partials `(4, R, N)` f32.
+    pub const ACC_KB: u32 = ACC_QB + 4 * 4 * 128 * 4;
+    /// Accumulated ∂mimo_v partials `(4, R, P)` f32.
+    pub const ACC_MV: u32 = ACC_KB + 4 * 4 * 128 * 4;
+    /// The identity rotation `(1, 0, 1, 0)` f32.
+    pub const IDENT: u32 = ACC_MV + 4 * 4 * 64 * 4;
+    /// Total dynamic shared memory (one block per H100/H200 SM).
+    pub const BYTES: u32 = IDENT + 16;
 }

@@ -1,18 +1,25 @@
 //! Mamba-3 MIMO backward on the GPU (spec §5): the gradients of `L = Σ out ⊙ dout` with respect
 //! to every input of [`forward`](crate::forward::forward), from the same inputs and `dout`.
 //!
-//! * [`backward`]: validates, then enqueues two kernels ([`dispatch_paths`]) on the caller's
-//!   stream, writing into caller-provided gradient buffers ([`GradientsMut`]) and a caller-provided
-//!   f32 workspace of [`workspace_len`] elements; it never allocates or synchronizes.
-//!   [`backward_with_path`] pins the per-head kernel ([`BackwardPath`]).
+//! * [`backward`]: validates, then enqueues two or three kernels ([`dispatch_paths`]) on the
+//!   caller's stream, writing into caller-provided gradient buffers ([`GradientsMut`]) and a
+//!   caller-provided f32 workspace of [`workspace_len`] elements; it never allocates or
+//!   synchronizes. [`backward_with_path`] pins the per-head kernel ([`BackwardPath`]).
 //! * [`backward_alloc`] allocates the gradients and the workspace for you.
 //! * [`validate_backward`]: every rule, as a pure function of the config and buffer lengths.
 //!
-//! Two per-head kernels ([`BackwardPath`]): the chunked one (`backward_chunked_*`, R ∈ {1, 2, 4,
-//! 8}, P ≤ 256, chunks of [`chunked_tokens`] tokens, memory ⌈S/C⌉·P·N f32 per (b, h) of carried
-//! states) whenever the geometry allows it and the device holds its shared memory, else the
-//! token-serial one (`backward_head_*`), for which the config's `chunk_size` is the segment length
-//! L between state checkpoints (any L ≥ 1; memory ≈ (⌈S/L⌉ + L)·P·N f32 per (b, h)).
+//! Three per-head kernels ([`BackwardPath`]), the first that applies running:
+//! * the tensor-core one ([`BackwardPath::TensorCore`]: a checkpoint sweep, then
+//!   `backward_mma_*` with every product on bf16 tensor cores) for bf16 activations at the
+//!   geometries of [`Kernel::backward_tensor_core`] (R = 4, N = 128, P = 64, Na = 32, chunks of
+//!   16 tokens whatever the config's `chunk_size`), 16-byte aligned views, and a device with
+//!   [`tensor_core_shared_memory_bytes`] of opt-in shared memory (H100, H200);
+//! * the chunked one (`backward_chunked_*`, R ∈ {1, 2, 4, 8}, P ≤ 256, chunks of
+//!   [`chunked_tokens`] tokens, memory ⌈S/C⌉·P·N f32 per (b, h) of carried states) whenever the
+//!   geometry allows it and the device holds its shared memory;
+//! * else the token-serial one (`backward_head_*`), for which the config's `chunk_size` is the
+//!   segment length L between state checkpoints (any L ≥ 1; memory ≈ (⌈S/L⌉ + L)·P·N f32 per
+//!   (b, h)).
 //!
 //! Gradient layouts are the inputs' layouts ([`forward`](crate::forward) module docs); dq, dk, dv,
 //! dz and dtrap have the activation type `T`, every other gradient is f32. dq and dk are summed
@@ -32,18 +39,21 @@
 //!
 //! # Limits and cost
 //! The forward's limits, and the per-head kernel's shared memory within the device's opt-in
-//! maximum ([`Error::SharedMemory`] otherwise): [`chunked_shared_memory_bytes`] for the chunked
-//! kernel, [`backward_shared_memory_bytes`] (≈ 4·(2·P·(N+1) + 9·R·(N+P) + …) bytes) for the
-//! token-serial one. Both run one block per (b, h) with f32 FMA products (no tensor cores yet;
-//! see `notes/backward.md`).
+//! maximum ([`Error::SharedMemory`] otherwise): [`tensor_core_shared_memory_bytes`] for the
+//! tensor-core kernel, [`chunked_shared_memory_bytes`] for the chunked one,
+//! [`backward_shared_memory_bytes`] (≈ 4·(2·P·(N+1) + 9·R·(N+P) + …) bytes) for the token-serial
+//! one. Each runs one block per (b, h); the chunked kernel's products are on the tensor cores for
+//! bf16 activations (operands split or TF32) and FMA tiles for f32, the token-serial kernel's on
+//! FMA (see `notes/backward.md`).
 
 use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
     LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    backward_chunked_smem_bytes, backward_smem_bytes, BackwardParams, BackwardWorkspace,
-    BACKWARD_CHUNK_ROWS, BACKWARD_THREADS,
+    backward_chunked_smem_bytes, backward_mma_smem, backward_smem_bytes, forward_mma_smem,
+    BackwardParams, BackwardWorkspace, ForwardParams, BACKWARD_CHUNK_ROWS, BACKWARD_MMA_THREADS,
+    BACKWARD_THREADS, FORWARD_MMA_THREADS,
 };
 
 use crate::config::{Activation, Dtype, OutputMode};
@@ -203,6 +213,12 @@ impl<T> Gradients<T> {
 /// The per-head backward kernel of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackwardPath {
+    /// `backward_ckpt_mma_*` (a checkpoint sweep: the tensor-core forward's state pass, writing
+    /// the state and θ entering every chunk) then `backward_mma_*`: the backward on bf16 tensor
+    /// cores, for bf16 activations at the geometries of [`Kernel::backward_tensor_core`]
+    /// (R = 4, N = 128, P = 64, Na = 32), chunks of [`TENSOR_CORE_CHUNK`] tokens whatever the
+    /// config's `chunk_size`; q, k, v, z, `dout` and the workspace 16-byte aligned.
+    TensorCore,
     /// `backward_chunked_*`: a reverse sweep over chunks of [`chunked_tokens`] tokens with the
     /// state adjoint carried between chunks (R ∈ {1, 2, 4, 8}, P ≤ 256).
     Chunked,
@@ -251,9 +267,43 @@ pub fn chunked_shared_memory_bytes(config: &ForwardConfig) -> Option<u64> {
     chunked_tokens(config).map(|c| chunked_smem(config, c))
 }
 
+/// Tokens per chunk of the tensor-core backward ([`BackwardPath::TensorCore`]).
+pub const TENSOR_CORE_CHUNK: usize = 16;
+
+/// The tensor-core backward's (checkpoint sweep, per-head kernel) for `config`, if its dtype and
+/// geometry have one.
+fn tensor_core_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
+    Kernel::backward_tensor_core(
+        config.dtype,
+        FixedBackwardGeometry {
+            rank: config.rank,
+            state_dim: config.state_dim,
+            head_dim: config.head_dim,
+            num_angles: config.num_angles,
+        },
+    )
+}
+
+/// Dynamic shared memory of the tensor-core backward in bytes (its per-head kernel; the
+/// checkpoint sweep takes the tensor-core forward's, which is less).
+pub fn tensor_core_shared_memory_bytes() -> u64 {
+    backward_mma_smem::BYTES.max(forward_mma_smem::BYTES) as u64
+}
+
 /// The per-head kernel [`backward`] runs for `config` on a device whose opt-in shared memory is
-/// `max_shared_memory` bytes.
+/// `max_shared_memory` bytes, given 16-byte aligned views (a call with a misaligned one runs
+/// the chunked or token-serial kernel instead, see [`backward`]).
 pub fn backward_path(config: &ForwardConfig, max_shared_memory: usize) -> BackwardPath {
+    if tensor_core_kernels(config).is_some()
+        && tensor_core_shared_memory_bytes() <= max_shared_memory as u64
+    {
+        return BackwardPath::TensorCore;
+    }
+    fallback_path(config, max_shared_memory)
+}
+
+/// [`backward_path`] without the tensor-core kernel.
+fn fallback_path(config: &ForwardConfig, max_shared_memory: usize) -> BackwardPath {
     match chunked_shared_memory_bytes(config) {
         Some(b) if b <= max_shared_memory as u64 => BackwardPath::Chunked,
         _ => BackwardPath::TokenSerial,
@@ -265,6 +315,10 @@ pub fn backward_path(config: &ForwardConfig, max_shared_memory: usize) -> Backwa
 fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<BackwardWorkspace> {
     let u = |x: usize| x as u64;
     let seg_len = match path {
+        BackwardPath::TensorCore => {
+            tensor_core_kernels(config)?;
+            TENSOR_CORE_CHUNK
+        }
         BackwardPath::Chunked => chunked_tokens(config)?,
         BackwardPath::TokenSerial => config.chunk_size,
     };
@@ -278,7 +332,7 @@ fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<Backwar
         u(config.num_angles),
         u(seg_len),
     );
-    if path == BackwardPath::Chunked {
+    if path != BackwardPath::TokenSerial {
         ws.seg = 0;
     }
     let total = [ws.ckpt, ws.seg, ws.cs, ws.dqkh, ws.dqkh, ws.slots]
@@ -287,14 +341,15 @@ fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<Backwar
     (total < u64::MAX / 8 && usize::try_from(total).is_ok()).then_some(ws)
 }
 
-/// f32 elements of the workspace [`backward`] needs for `config` on either path (state
+/// f32 elements of the workspace [`backward`] needs for `config` on any path (state
 /// checkpoints, cos/sin of every θ, per-head q/k gradients, per-(b, h) parameter partials);
 /// `None` when a size overflows `usize`.
 pub fn workspace_len(config: &ForwardConfig) -> Option<usize> {
     let total = |ws: BackwardWorkspace| ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.slots;
     let serial = total(workspace_parts(config, BackwardPath::TokenSerial)?);
     let chunked = workspace_parts(config, BackwardPath::Chunked).map_or(0, total);
-    usize::try_from(serial.max(chunked)).ok()
+    let tensor_core = workspace_parts(config, BackwardPath::TensorCore).map_or(0, total);
+    usize::try_from(serial.max(chunked).max(tensor_core)).ok()
 }
 
 /// Dynamic shared memory of the token-serial backward kernel for `config`, in bytes (saturating).
@@ -425,13 +480,19 @@ pub fn validate_backward(
     Ok(())
 }
 
-/// The compiled (per-head, reduce) kernels for a call and path: on the chunked path the
-/// fixed-geometry instantiation when one matches the call (`Kernel::backward_chunked_fixed`).
-fn kernels_for(config: &ForwardConfig, path: BackwardPath) -> (Kernel, Kernel) {
+/// The kernels of a call on `path`, in launch order: the checkpoint sweep (tensor-core path
+/// only), the per-head kernel (on the chunked path the fixed-geometry instantiation when one
+/// matches the call, `Kernel::backward_chunked_fixed`) and the reduce kernel.
+fn kernels_for(config: &ForwardConfig, path: BackwardPath) -> (Option<Kernel>, Kernel, Kernel) {
     let reduce = match config.dtype {
         Dtype::F32 => Kernel::BackwardReduceF32,
         Dtype::Bf16 => Kernel::BackwardReduceBf16,
     };
+    if path == BackwardPath::TensorCore {
+        if let Some((ckpt, head)) = tensor_core_kernels(config) {
+            return (Some(ckpt), head, reduce);
+        }
+    }
     let fixed = Kernel::backward_chunked_fixed(
         config.dtype,
         FixedBackwardGeometry {
@@ -443,22 +504,69 @@ fn kernels_for(config: &ForwardConfig, path: BackwardPath) -> (Kernel, Kernel) {
     );
     let head = match (config.dtype, path, fixed) {
         (_, BackwardPath::Chunked, Some(kernel)) => kernel,
-        (Dtype::F32, BackwardPath::Chunked, None) => Kernel::BackwardChunkedF32,
-        (Dtype::Bf16, BackwardPath::Chunked, None) => Kernel::BackwardChunkedBf16,
+        (Dtype::F32, BackwardPath::Chunked | BackwardPath::TensorCore, _) => {
+            Kernel::BackwardChunkedF32
+        }
+        (Dtype::Bf16, BackwardPath::Chunked | BackwardPath::TensorCore, _) => {
+            Kernel::BackwardChunkedBf16
+        }
         (Dtype::F32, BackwardPath::TokenSerial, _) => Kernel::BackwardHeadF32,
         (Dtype::Bf16, BackwardPath::TokenSerial, _) => Kernel::BackwardHeadBf16,
     };
-    (head, reduce)
+    (None, head, reduce)
 }
 
 /// The kernels (PTX symbols, in launch order) that [`backward`] runs for `config` on a device
-/// with `max_shared_memory` bytes of opt-in shared memory; empty when the config is invalid.
+/// with `max_shared_memory` bytes of opt-in shared memory, given 16-byte aligned views; empty
+/// when the config is invalid.
 pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&'static str> {
     if crate::forward::validate_config(config).is_err() {
         return Vec::new();
     }
-    let (head, reduce) = kernels_for(config, backward_path(config, max_shared_memory));
-    vec![head.symbol(), reduce.symbol()]
+    let (ckpt, head, reduce) = kernels_for(config, backward_path(config, max_shared_memory));
+    ckpt.into_iter()
+        .chain([head, reduce])
+        .map(Kernel::symbol)
+        .collect()
+}
+
+/// The first of the views the tensor-core backward copies with 16-byte `cp.async` (q, k, v, z,
+/// `dout`) or reads in 16-byte vectors (the workspace's checkpoints) that is not 16-byte
+/// aligned, or of the gradients it stores as bf16 pairs (∂v, ∂z) that is not 4-byte aligned,
+/// by name.
+fn misaligned_for_tensor_core<T>(
+    inputs: &ForwardInputs<'_, T>,
+    dout: &CudaView<'_, T>,
+    grads: &mut GradientsMut<'_, T>,
+    workspace: &mut CudaViewMut<'_, f32>,
+    stream: &CudaStream,
+) -> Option<&'static str> {
+    fn addr<V: DevicePtr<U>, U>(view: &V, stream: &CudaStream) -> u64 {
+        let (p, _guard) = view.device_ptr(stream);
+        p
+    }
+    fn addr_mut<V: DevicePtrMut<U>, U>(view: &mut V, stream: &CudaStream) -> u64 {
+        let (p, _guard) = view.device_ptr_mut(stream);
+        p
+    }
+    let mut views = vec![
+        ("q", addr(&inputs.q, stream), 16),
+        ("k", addr(&inputs.k, stream), 16),
+        ("v", addr(&inputs.v, stream), 16),
+        ("dout", addr(dout, stream), 16),
+        ("workspace", addr_mut(workspace, stream), 16),
+        ("grads.v", addr_mut(&mut grads.v, stream), 4),
+    ];
+    if let Some(z) = inputs.z.as_ref() {
+        views.push(("z", addr(z, stream), 16));
+    }
+    if let Some(dz) = grads.z.as_mut() {
+        views.push(("grads.z", addr_mut(dz, stream), 4));
+    }
+    views
+        .into_iter()
+        .find(|&(_, p, align)| !p.is_multiple_of(align))
+        .map(|(name, _, _)| name)
 }
 
 /// Launch argument: the params struct by value.
@@ -468,6 +576,13 @@ struct Args(BackwardParams);
 // SAFETY: `BackwardParams` is `#[repr(C)]` plain data (u64, u32, f32 fields), the layout both
 // kernels declare for their single parameter.
 unsafe impl DeviceRepr for Args {}
+
+/// Launch argument of the checkpoint sweep: the forward's params struct by value.
+#[repr(transparent)]
+struct ForwardArgs(ForwardParams);
+
+// SAFETY: `ForwardParams` is `#[repr(C)]` plain data, the sweep's single parameter.
+unsafe impl DeviceRepr for ForwardArgs {}
 
 /// Validates everything, then enqueues the backward of `config` on `stream`: `grads` receives
 /// every gradient, `workspace` (at least [`workspace_len`] f32 elements) is scratch. Never
@@ -486,7 +601,13 @@ pub fn backward<T: Activation>(
     grads: &mut GradientsMut<'_, T>,
     workspace: &mut CudaViewMut<'_, f32>,
 ) -> Result<()> {
-    let path = backward_path(config, gpu.max_shared_memory_optin());
+    let max = gpu.max_shared_memory_optin();
+    let mut path = backward_path(config, max);
+    if path == BackwardPath::TensorCore
+        && misaligned_for_tensor_core(inputs, dout, grads, workspace, stream).is_some()
+    {
+        path = fallback_path(config, max);
+    }
     backward_with_path(gpu, stream, config, path, inputs, dout, grads, workspace)
 }
 
@@ -537,8 +658,27 @@ pub fn backward_with_path<T: Activation>(
         &grads.lens(),
         workspace.len(),
     )?;
-    let (head, reduce) = kernels_for(config, path);
+    let (ckpt_kernel, head, reduce) = kernels_for(config, path);
     let (smem, seg_len) = match path {
+        BackwardPath::TensorCore => {
+            if tensor_core_kernels(config).is_none() {
+                return Err(Error::invalid(
+                    "path",
+                    "TensorCore",
+                    "the tensor-core backward needs bf16 activations and R = 4, N = 128, P = 64, \
+                     Na = 32",
+                ));
+            }
+            if let Some(name) = misaligned_for_tensor_core(inputs, dout, grads, workspace, stream) {
+                return Err(Error::invalid(
+                    name,
+                    "a misaligned view",
+                    "must be 16-byte aligned on the TensorCore path (4-byte for grads.v and \
+                     grads.z): its row copies and paired stores",
+                ));
+            }
+            (backward_mma_smem::BYTES as u64, TENSOR_CORE_CHUNK)
+        }
         BackwardPath::TokenSerial => (backward_shared_memory_bytes(config), config.chunk_size),
         BackwardPath::Chunked => {
             let chunk = chunked_tokens(config).ok_or_else(|| {
@@ -668,13 +808,69 @@ pub fn backward_with_path<T: Activation>(
         .div_ceil(threads)
         .clamp(1, 8 * gpu.sm_count() as u64) as u32;
     params.reduce_blocks = reduce_blocks;
+    params.qkh_bf16 = u32::from(path == BackwardPath::TensorCore);
     let args = Args(params);
 
+    let grid_dim = (config.heads as u32, config.batch as u32, 1);
+    if let Some(ckpt) = ckpt_kernel {
+        let sweep = ForwardArgs(ForwardParams {
+            q: params.q,
+            k: params.k,
+            v: params.v,
+            z: params.z,
+            trap: params.trap,
+            dt: params.dt,
+            adt: params.adt,
+            angles: params.angles,
+            q_bias: params.q_bias,
+            k_bias: params.k_bias,
+            mimo_v: params.mimo_v,
+            mimo_z: params.mimo_z,
+            mimo_o: params.mimo_o,
+            d: params.d,
+            norm_weight: params.norm_weight,
+            batch: params.batch,
+            seq_len: params.seq_len,
+            rank: params.rank,
+            heads: params.heads,
+            groups: params.groups,
+            n: params.n,
+            p: params.p,
+            na: params.na,
+            chunk: TENSOR_CORE_CHUNK as u32,
+            mode: params.mode,
+            rotation: params.rotation,
+            norm_eps: params.norm_eps,
+            segments: 1,
+            seg_state: params.ckpt,
+            seg_theta: params.cs,
+            ..ForwardParams::default()
+        });
+        let mut launch = gpu.launch(stream, ckpt)?;
+        launch.arg(&sweep);
+        let cfg = LaunchConfig {
+            grid_dim,
+            block_dim: (FORWARD_MMA_THREADS, 1, 1),
+            shared_mem_bytes: forward_mma_smem::BYTES,
+        };
+        // SAFETY: one by-value `ForwardParams` is the sweep's parameter list; its pointers are the
+        // validated inputs and the checkpoint regions of the validated workspace (16-byte
+        // aligned, checked above), which the backward kernel then reads, ordered by the stream.
+        unsafe { launch.run(cfg) }?;
+    }
     let mut launch = gpu.launch(stream, head)?;
     launch.arg(&args);
     let cfg = LaunchConfig {
-        grid_dim: (config.heads as u32, config.batch as u32, 1),
-        block_dim: (BACKWARD_THREADS, 1, 1),
+        grid_dim,
+        block_dim: (
+            if path == BackwardPath::TensorCore {
+                BACKWARD_MMA_THREADS
+            } else {
+                BACKWARD_THREADS
+            },
+            1,
+            1,
+        ),
         shared_mem_bytes: smem,
     };
     // SAFETY: one by-value `BackwardParams` is the kernel's parameter list; every pointer was

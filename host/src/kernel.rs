@@ -147,6 +147,13 @@ pub enum Kernel {
     BackwardChunkedFixedF32R4N128P64Na32,
     /// Backward by chunks compiled for R = 4, N = 128, P = 64, Na = 32, bf16 activations.
     BackwardChunkedFixedBf16R4N128P64Na32,
+    /// Checkpoint sweep of the tensor-core backward (the state pass of the tensor-core forward
+    /// writing the state and θ entering every chunk), bf16, R = 4, N = 128, P = 64, Na = 32,
+    /// C = 16.
+    BackwardCkptMmaBf16R4N128P64Na32C16,
+    /// Backward on bf16 tensor cores (`mma.m16n8k16`, operand tiles by `ldmatrix`, the state
+    /// adjoint in registers), bf16, R = 4, N = 128, P = 64, Na = 32, C = 16.
+    BackwardMmaBf16R4N128P64Na32C16,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, f32.
     BackwardReduceF32,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, bf16.
@@ -155,7 +162,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 69] = [
+    pub const ALL: [Kernel; 71] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -223,6 +230,8 @@ impl Kernel {
         Kernel::BackwardChunkedBf16,
         Kernel::BackwardChunkedFixedF32R4N128P64Na32,
         Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
+        Kernel::BackwardCkptMmaBf16R4N128P64Na32C16,
+        Kernel::BackwardMmaBf16R4N128P64Na32C16,
         Kernel::BackwardReduceF32,
         Kernel::BackwardReduceBf16,
     ];
@@ -313,6 +322,10 @@ impl Kernel {
             Kernel::BackwardChunkedFixedBf16R4N128P64Na32 => {
                 "backward_chunked_fixed_bf16_r4_n128_p64_na32"
             }
+            Kernel::BackwardCkptMmaBf16R4N128P64Na32C16 => {
+                "backward_ckpt_mma_bf16_r4_n128_p64_na32_c16"
+            }
+            Kernel::BackwardMmaBf16R4N128P64Na32C16 => "backward_mma_bf16_r4_n128_p64_na32_c16",
             Kernel::BackwardReduceF32 => "backward_reduce_f32",
             Kernel::BackwardReduceBf16 => "backward_reduce_bf16",
         }
@@ -388,6 +401,19 @@ impl Kernel {
             .iter()
             .find(|row| row.dtype == dtype && row.geometry == geometry)
             .map(|row| row.kernel)
+    }
+
+    /// The tensor-core backward's (checkpoint sweep, per-head kernel) for an activation dtype and
+    /// geometry, if instantiated (the table `TENSOR_CORE_BACKWARD` in this module; chunks of 16
+    /// tokens whatever the call's chunk size).
+    pub fn backward_tensor_core(
+        dtype: crate::Dtype,
+        geometry: FixedBackwardGeometry,
+    ) -> Option<(Kernel, Kernel)> {
+        TENSOR_CORE_BACKWARD
+            .iter()
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+            .map(|row| (row.ckpt, row.kernel))
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if
@@ -596,6 +622,28 @@ pub const FIXED_BACKWARD: [FixedBackward; 2] = [
         kernel: Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
     },
 ];
+
+/// One instantiation of the tensor-core backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorCoreBackward {
+    /// Activation dtype.
+    pub dtype: crate::Dtype,
+    /// Geometry it is compiled for.
+    pub geometry: FixedBackwardGeometry,
+    /// The checkpoint sweep launched before it.
+    pub ckpt: Kernel,
+    /// The per-head kernel.
+    pub kernel: Kernel,
+}
+
+/// Every tensor-core backward instantiation (the host launches a row's kernels for a call whose
+/// dtype and geometry match it exactly, see `backward::BackwardPath::TensorCore`).
+pub const TENSOR_CORE_BACKWARD: [TensorCoreBackward; 1] = [TensorCoreBackward {
+    dtype: crate::Dtype::Bf16,
+    geometry: BACKWARD_GEOMETRY_R4_N128_P64_NA32,
+    ckpt: Kernel::BackwardCkptMmaBf16R4N128P64Na32C16,
+    kernel: Kernel::BackwardMmaBf16R4N128P64Na32C16,
+}];
 
 /// A kernel family instantiated for both activation types and R ∈ {1, 2, 4, 8}, in the order
 /// f32 R1, R2, R4, R8, then bf16 R1, R2, R4, R8 (see [`ranked`]).

@@ -32,7 +32,7 @@ pub use device::Gpu;
 pub use error::{Error, Result};
 pub use kernel::{
     ptx_entry_points, FixedBackward, FixedBackwardGeometry, FixedDecode, FixedDecodeGeometry,
-    FixedForward, FixedForwardGeometry, Kernel,
+    FixedForward, FixedForwardGeometry, Kernel, TensorCoreBackward,
 };
 
 /// The PTX module of every kernel (PTX ISA 7.0, `sm_80`; the driver JIT-compiles it for sm_80

@@ -44,7 +44,6 @@ use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
     block_x, block_y, ld_shared_f32, smem_base, st_shared_f32, sync_threads, thread_x,
 };
-#[cfg(target_arch = "nvptx64")]
 use crate::elem::Bf16;
 use crate::elem::{ldg, stg, Elem};
 use crate::math::{exp, rsqrt, sigmoid, sincos, tanh};
@@ -1061,32 +1060,62 @@ pub unsafe fn backward_reduce<X: Elem>(prm: &BackwardParams) {
     let (n, p) = (prm.n as usize, prm.p as usize);
     let per_group = heads / groups;
     let qk = b_len * s_len * r_len * groups * n;
+    // bf16 per-head partials (`qkh_bf16`, N a multiple of 4 there) go four elements an item, as
+    // one 8-byte load per head: as 2-byte loads the reduce was bound by their count, not by bytes.
+    let quad = prm.qkh_bf16 != 0;
+    let items = if quad { qk / 4 } else { qk };
     let sl = BackwardSlots::new(prm.rank, prm.n, prm.p);
     let slot_len = sl.len as usize;
-    let total = 2 * qk + heads * slot_len;
+    let total = 2 * items + heads * slot_len;
     let stride = prm.reduce_blocks as usize * T as usize;
     let mut i = block_x() as usize * T as usize + thread_x() as usize;
     let (rn, rp) = (r_len * n, r_len * p);
     // SAFETY (whole body): every index lies inside the shapes of the launch contract.
     unsafe {
         while i < total {
-            if i < 2 * qk {
-                let second = i >= qk;
-                let e = if second { i - qk } else { i };
+            if i < 2 * items {
+                let second = i >= items;
+                let item = if second { i - items } else { i };
+                let e = if quad { 4 * item } else { item };
                 let nn = e % n;
                 let rest = e / n;
                 let g = rest % groups;
                 let bsr = rest / groups;
                 let src = if second { prm.dkh } else { prm.dqh };
-                let mut acc = 0.0f32;
-                let mut hh = 0;
-                while hh < per_group {
-                    acc += ldg(src, (bsr * heads + g * per_group + hh) * n + nn);
-                    hh += 1;
+                let dst = if second { prm.dk } else { prm.dq };
+                let head = |hh: usize| (bsr * heads + g * per_group + hh) * n + nn;
+                if quad {
+                    // Four heads' loads in flight before their adds (in head order).
+                    let mut acc = [0.0f32; 4];
+                    let mut hh = 0;
+                    while hh < per_group {
+                        let mut v = [[0.0f32; 4]; 4];
+                        for (k, vk) in v.iter_mut().enumerate() {
+                            if hh + k < per_group {
+                                *vk = Bf16::load4(src, head(hh + k));
+                            }
+                        }
+                        for vk in v.iter() {
+                            for (a, x) in acc.iter_mut().zip(vk) {
+                                *a += x;
+                            }
+                        }
+                        hh += 4;
+                    }
+                    for (k, a) in acc.iter().enumerate() {
+                        X::store(dst, e + k, *a);
+                    }
+                } else {
+                    let mut acc = 0.0f32;
+                    let mut hh = 0;
+                    while hh < per_group {
+                        acc += ldg(src, head(hh));
+                        hh += 1;
+                    }
+                    X::store(dst, e, acc);
                 }
-                X::store(if second { prm.dk } else { prm.dq }, e, acc);
             } else {
-                let e = i - 2 * qk;
+                let e = i - 2 * items;
                 let h = e / slot_len;
                 let o = e - h * slot_len;
                 let mut acc = 0.0f32;

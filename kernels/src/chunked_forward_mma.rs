@@ -57,7 +57,7 @@ use crate::angles::{
 };
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::{fma_rn, pack_bf16x2, sincos_approx};
-use crate::arch::global::{ld_global_v2_f32, st_global_u32, st_global_v2_f32};
+use crate::arch::global::{ld_global_v2_f32, st_global_u32, st_global_v2_f32, st_global_v4_f32};
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
@@ -132,7 +132,7 @@ fn scal(bk: &Blk, bank: u32, row: u32, i: u32) -> u32 {
 
 /// The low and high bf16 halves of a packed word, as f32.
 #[inline(always)]
-fn unpack(w: u32) -> (f32, f32) {
+pub(crate) fn unpack(w: u32) -> (f32, f32) {
     (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000))
 }
 
@@ -438,7 +438,13 @@ pub(crate) unsafe fn rank_params(prm: &ForwardParams, bk: &Blk) -> RankParams {
 
 /// Biases, rotates and packs one raw q or k row (two words: columns 2l, 2l+1 and 64+2l, 65+2l).
 #[inline(always)]
-fn rotate_row(lo: u32, hi: u32, bias: [f32; 4], cs: [f32; 4], half_split: bool) -> (u32, u32) {
+pub(crate) fn rotate_row(
+    lo: u32,
+    hi: u32,
+    bias: [f32; 4],
+    cs: [f32; 4],
+    half_split: bool,
+) -> (u32, u32) {
     let (a0, a1) = unpack(lo);
     let (b0, b1) = unpack(hi);
     let (a0, a1, b0, b1) = (a0 + bias[0], a1 + bias[1], b0 + bias[2], b1 + bias[3]);
@@ -1216,6 +1222,58 @@ pub(crate) unsafe fn store_segment_end<G: Regions>(
     }
 }
 
+/// The checkpoint sweep's per-chunk record, first half: the state entering chunk `chunk` of this
+/// (b, h) as bf16 into the q̂ tile (unused by the state pass), for [`copy_checkpoint`] after the
+/// next barrier, and θ entering it (`theta`, this lane's angle) as an f32 `(hi, lo)` pair into
+/// `(B,H,⌈S/C⌉,Na,2)` at [`ForwardParams::seg_theta`].
+#[inline(always)]
+unsafe fn store_checkpoint(
+    prm: &ForwardParams,
+    bk: &Blk,
+    chunk: usize,
+    theta: f64,
+    state: &[[f32; 4]; 16],
+) {
+    let slot = (bk.b * bk.heads + bk.h) * bk.s_len.div_ceil(C as usize) + chunk;
+    // SAFETY: state rows and columns inside the Q tile; slot < B·H·⌈S/C⌉ slots of the θ buffer
+    // (launch contract).
+    unsafe {
+        for (nt, st) in state.iter().enumerate() {
+            for pair in 0..2 {
+                let e = state_index(bk.warp, bk.lane, nt, 2 * pair) as u32;
+                let (p, n) = (e / N, e % N);
+                let word = pack_bf16x2(st[2 * pair], st[2 * pair + 1]);
+                st_shared_u32(bk.base + L::Q + p * L::QK_STRIDE + 2 * n, word);
+            }
+        }
+        if bk.tid < NA {
+            let at = 2 * (slot * NA as usize + bk.tid as usize);
+            let (hi, lo) = split_f64(theta);
+            stg(prm.seg_theta, at, hi);
+            stg(prm.seg_theta, at + 1, lo);
+        }
+    }
+}
+
+/// The checkpoint record, second half (after a barrier): the bf16 state tile staged in the q̂
+/// tile by [`store_checkpoint`] into `(B,H,⌈S/C⌉,P,N)` bf16 at [`ForwardParams::seg_state`] in
+/// 16-byte pieces (the backward copies it back the same way; as the accumulators' 4-byte words
+/// the stores half-filled their sectors).
+#[inline(always)]
+unsafe fn copy_checkpoint(prm: &ForwardParams, bk: &Blk, chunk: usize) {
+    let slot = (bk.b * bk.heads + bk.h) * bk.s_len.div_ceil(C as usize) + chunk;
+    let dst = prm.seg_state + 2 * (slot * (P * N) as usize) as u64;
+    let piece = bk.tid % 16;
+    // SAFETY: rows < 64 of the Q tile; the slot of the 16-byte aligned state buffer.
+    unsafe {
+        for j in 0..8u32 {
+            let p = bk.tid / 16 + 8 * j;
+            let v = ld_shared_v4_f32(bk.base + L::Q + p * L::QK_STRIDE + 16 * piece);
+            st_global_v4_f32(dst + (p * 256 + 16 * piece) as u64, v);
+        }
+    }
+}
+
 /// The forward body (see the module docs and launch contract). `STATES_ONLY = false` is the
 /// forward proper: it starts from the true state of its segment (zero, or hand-off slot s−1
 /// after the combine pass) and writes the outputs, and the last segment the final states.
@@ -1223,18 +1281,23 @@ pub(crate) unsafe fn store_segment_end<G: Regions>(
 /// k̂, x_w and the state, and writes the segment's end state, angle total and decay into slot s;
 /// the last segment's block has nothing to do. `SHORT` makes every chunk take the short-chunk
 /// path, state pass and epilogue included (see [`tiles`]): the kernel for calls shorter than C.
+/// `CKPT` (with `STATES_ONLY`, one segment) is the backward's checkpoint sweep: the state pass
+/// over the whole sequence from zero, writing the state and θ entering every chunk (see
+/// [`backward_ckpt_mma_bf16_r4_n128_p64_na32_c16`]).
 ///
 /// # Safety
 /// The module's launch contract.
 #[inline(always)]
-pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(prm: &ForwardParams) {
+pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, const CKPT: bool>(
+    prm: &ForwardParams,
+) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
     let h = block_x() as usize;
     let segments = prm.segments.max(1) as usize;
     let y = block_y() as usize;
     let b = y / segments;
     let seg = y - b * segments;
-    if STATES_ONLY && seg + 1 >= segments {
+    if STATES_ONLY && !CKPT && seg + 1 >= segments {
         return;
     }
     let (t_begin, t_end) = if segments > 1 {
@@ -1306,8 +1369,14 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
         while c0 < t_end {
             let len = (t_end - c0).min(C);
             last_len = len;
+            if CKPT {
+                store_checkpoint(prm, &bk, (c0 / C) as usize, s1.0, &state);
+            }
             phase_angles_weights::<Bf16Regions, STATES_ONLY>(&bk, len, s1.0, s1.1, bank);
             sync_threads();
+            if CKPT {
+                copy_checkpoint(prm, &bk, (c0 / C) as usize);
+            }
             let next = c0 + C;
             if next < t_end {
                 pf = prefetch::<Bf16>(prm, &bk, next, (t_end - next).min(C));
@@ -1370,8 +1439,10 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
             bank ^= 1;
         }
         if STATES_ONLY {
-            let slot = (b * heads + h) * (segments - 1) + seg;
-            store_segment_end::<Bf16Regions>(prm, &bk, slot, decay, &state);
+            if !CKPT {
+                let slot = (b * heads + h) * (segments - 1) + seg;
+                store_segment_end::<Bf16Regions>(prm, &bk, slot, decay, &state);
+            }
         } else if t_end == prm.seq_len && t_begin < t_end {
             // The shared-memory base re-derived here rather than kept alive through the loop
             // (ptxas spills that copy).
@@ -1393,7 +1464,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool>(pr
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn forward_mma_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<false, false>(&params) }
+    unsafe { chunked_forward_mma::<false, false, false>(&params) }
 }
 
 /// Tensor-core forward entry point for calls whose chunks are all shorter than C (S < 16: a
@@ -1409,7 +1480,7 @@ pub unsafe extern "ptx-kernel" fn forward_mma_short_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<false, true>(&params) }
+    unsafe { chunked_forward_mma::<false, true, false>(&params) }
 }
 
 /// Segment-state pass of the split tensor-core forward, bf16, R = 4, N = 128, P = 64, Na = 32,
@@ -1423,5 +1494,22 @@ pub unsafe extern "ptx-kernel" fn segment_state_mma_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<true, false>(&params) }
+    unsafe { chunked_forward_mma::<true, false, false>(&params) }
+}
+
+/// Checkpoint sweep of the tensor-core backward (`backward_mma`), bf16, R = 4, N = 128, P = 64,
+/// Na = 32, C = 16: the segment-state pass over the whole sequence (one segment, zero initial
+/// state) writing, for every chunk, the state entering it and θ entering it (see
+/// [`store_checkpoint`]; `seg_state` and `seg_theta` are those two buffers, the other hand-off
+/// fields unused). Grid `(H, B)`, otherwise the module's launch contract.
+///
+/// # Safety
+/// The module's launch contract, with `segments = 1` and the two checkpoint buffers above.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn backward_ckpt_mma_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma::<true, false, true>(&params) }
 }

@@ -86,3 +86,33 @@ pub const fn ldmatrix_x4_tf32_b(lane: u32) -> (u32, u32) {
 pub const fn mma_k32_lane(lane: u32) -> (u32, u32) {
     (lane / 4, 8 * (lane % 4))
 }
+
+/// Byte offset from a bf16 tile's base of the row address `lane` gives to `ldmatrix .x4` for the
+/// A operand of `mma.m16n8k16` (rows `m0 .. m0 + 16`, depths `k0 .. k0 + 16`) when the tile is
+/// stored row-major `[m][k]` with row stride `stride` bytes: matrices 0–3 are rows 0–7 / 8–15 at
+/// depths 0–7, then the same at depths 8–15 (a0..a3 of [`a_m16k16`]).
+#[inline(always)]
+pub const fn ldsm_a(stride: u32, m0: u32, k0: u32, lane: u32) -> u32 {
+    (m0 + lane % 16) * stride + 2 * (k0 + 8 * (lane / 16))
+}
+
+/// As [`ldsm_a`] for a tile stored transposed, `[k][m]`, read with `ldmatrix .x4.trans`:
+/// matrices 0–3 are depths 0–7 at rows 0–7 and 8–15, then depths 8–15 likewise.
+#[inline(always)]
+pub const fn ldsm_a_trans(stride: u32, m0: u32, k0: u32, lane: u32) -> u32 {
+    (k0 + lane % 8 + 8 * (lane / 16)) * stride + 2 * (m0 + 8 * ((lane / 8) % 2))
+}
+
+/// As [`ldsm_a`] for two B operands of `mma.m16n8k16` (registers 0–1: columns `n0 .. n0 + 8`,
+/// 2–3: `n0 + 8 .. n0 + 16`, depths `k0 .. k0 + 16`, see [`b_k16n8`]) of a tile stored `[n][k]`
+/// (row `n` of the stored tile is column `n` of B).
+#[inline(always)]
+pub const fn ldsm_b(stride: u32, n0: u32, k0: u32, lane: u32) -> u32 {
+    (n0 + lane % 8 + 8 * (lane / 16)) * stride + 2 * (k0 + 8 * ((lane / 8) % 2))
+}
+
+/// As [`ldsm_b`] for a tile stored `[k][n]`, read with `ldmatrix .x4.trans`.
+#[inline(always)]
+pub const fn ldsm_b_trans(stride: u32, k0: u32, n0: u32, lane: u32) -> u32 {
+    (k0 + lane % 16) * stride + 2 * (n0 + 8 * (lane / 16))
+}

@@ -12,6 +12,7 @@
 pub mod angles;
 pub mod arch;
 pub mod backward_chunked;
+pub mod backward_mma;
 pub mod backward_recurrent;
 pub mod chunked_forward;
 pub mod chunked_forward_mma;

@@ -503,6 +503,12 @@ pub fn worst_over<C>(cases: &[C], seed0: u64, mut check: impl FnMut(&C, u64) -> 
 /// the read-out's sum over N), where the spread moves each input once.
 pub const ROUNDINGS: f64 = 8.0;
 
+/// How many times its bf16 rounding spread ([`backward_rounding_spread`] at [`BF16_ROUNDING`]) an
+/// ill-conditioned bf16 backward call may be off: the tensor-core kernel's error on such calls
+/// stays under one spread (a single token whose ∂trap is a cancelling sum of rank-pair products:
+/// 2.05e-2 against a spread of 2.35e-2, CPU emulation and H200 alike).
+pub const BF16_ROUNDINGS: f64 = 2.0;
+
 /// Perturbation draws [`step_rounding_spread`] takes the largest of. One draw can miss an
 /// output's sensitivity: on the GPU suite's chunked fused-norm case (B=2 H=1 R=4 N=74 P=47, seed
 /// 6) draws gave spreads from 2.6e-7 to 1.6e-6, all set by one cancelling output, and the single
@@ -510,9 +516,21 @@ pub const ROUNDINGS: f64 = 8.0;
 /// emulation) reaches there.
 pub const SPREAD_DRAWS: u64 = 8;
 
+/// One f32 rounding, relative (2⁻²⁴).
+pub const F32_ROUNDING: f64 = f32::EPSILON as f64 / 2.0;
+
+/// One bf16 rounding, relative (2⁻⁹): the size of the roundings a bf16 tensor-core kernel applies
+/// to its operand tiles (q̂, k̂, x, δ, the state and its adjoint).
+pub const BF16_ROUNDING: f64 = 1.0 / 512.0;
+
 /// Moves every element it is given by one f32 rounding (relative ±2⁻²⁴), signs from a
 /// pseudo-random sequence seeded by `draw` and continued across calls.
 fn one_rounding(draw: u64) -> impl FnMut(&mut [f64]) {
+    one_relative(draw, F32_ROUNDING)
+}
+
+/// As [`one_rounding`] with a relative step of `unit`.
+fn one_relative(draw: u64, unit: f64) -> impl FnMut(&mut [f64]) {
     let mut bits = 0x9e37_79b9_7f4a_7c15u64 ^ draw.wrapping_mul(0x2545_f491_4f6c_dd1d);
     move |v: &mut [f64]| {
         for x in v.iter_mut() {
@@ -520,7 +538,7 @@ fn one_rounding(draw: u64) -> impl FnMut(&mut [f64]) {
             bits ^= bits >> 7;
             bits ^= bits << 17;
             let sign = if bits & 1 == 0 { 1.0 } else { -1.0 };
-            *x *= 1.0 + sign * f64::from(f32::EPSILON) / 2.0;
+            *x *= 1.0 + sign * unit;
         }
     }
 }
@@ -570,14 +588,18 @@ pub fn forward_rounding_spread(call: &Mamba3Inputs, reference: &[f64]) -> f64 {
 
 /// Per-gradient spread of `golden::backward_recurrent` (in the order of `Gradients::tensors`, each
 /// measured as the GPU tests measure errors, [`grad_err`] against `reference`) when every
-/// real-valued input moves by one f32 rounding, the largest over [`SPREAD_DRAWS`] sign patterns;
-/// `dout` stays as given (the kernels read it exactly). Large only for ill-conditioned calls, e.g.
-/// a fused norm over P = 2 whose ∂angles is a small difference of large terms.
+/// real-valued input moves by one rounding of relative size `unit`, the largest over
+/// [`SPREAD_DRAWS`] sign patterns. For f32 calls ([`F32_ROUNDING`]) `dout` stays as given (the
+/// kernels read it exactly); for bf16 calls ([`BF16_ROUNDING`]: the kernel rounds its operand
+/// tiles, δ among them, to bf16) it moves too. Large only for ill-conditioned calls, e.g. a fused
+/// norm over P = 2 whose ∂angles is a small difference of large terms, or a single token whose
+/// ∂trap is a cancelling sum of rank-pair products.
 #[allow(dead_code)]
 pub fn backward_rounding_spread(
     call: &Mamba3Inputs,
     dout: &[f64],
     reference: &mamba3::golden::Gradients,
+    unit: f64,
 ) -> Vec<f64> {
     let want = reference.tensors();
     let call_scale = want
@@ -586,12 +608,16 @@ pub fn backward_rounding_spread(
         .fold(0.0f64, |m, v| m.max(v.abs()));
     let mut worst = vec![0.0f64; want.len()];
     for draw in 0..SPREAD_DRAWS {
-        let mut nudge = one_rounding(draw);
+        let mut nudge = one_relative(draw, unit);
         let mut inp = call.clone();
         activations_mut(&mut inp).for_each(|v| nudge(v));
         parameters_mut(&mut inp).for_each(|v| nudge(v));
+        let mut dout = dout.to_vec();
+        if unit > F32_ROUNDING {
+            nudge(&mut dout);
+        }
         let got =
-            mamba3::golden::backward_recurrent(&inp, dout).expect("perturbed golden backward");
+            mamba3::golden::backward_recurrent(&inp, &dout).expect("perturbed golden backward");
         for (w, ((_, g), (_, r))) in worst.iter_mut().zip(got.tensors().iter().zip(&want)) {
             *w = nan_max(*w, grad_err(g, r, call_scale));
         }

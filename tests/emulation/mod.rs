@@ -171,6 +171,9 @@ pub mod arch {
         pub fn sqrt_rn(a: f32) -> f32 {
             a.sqrt()
         }
+        pub fn rsqrt_approx(a: f32) -> f32 {
+            1.0 / a.sqrt()
+        }
         pub fn sincos_approx(a: f32) -> (f32, f32) {
             let a = a as f64;
             (a.sin() as f32, a.cos() as f32)

@@ -61,6 +61,18 @@ pub fn rcp_approx(a: f32) -> f32 {
     d
 }
 
+/// `rsqrt.approx.ftz.f32` (PTX ISA §9.7.3.16): 1/√a, maximum relative error 2^-22.9; one `MUFU`
+/// where the IEEE square root and division each have a slow path called as a subroutine.
+#[inline(always)]
+pub fn rsqrt_approx(a: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!("rsqrt.approx.ftz.f32 {d}, {a};", d = out(reg32) d, a = in(reg32) a, options(pure, nomem, nostack))
+    };
+    d
+}
+
 /// `ex2.approx.ftz.f32` (PTX ISA §9.7.3.21): 2^a, maximum relative error about 2^-22.
 #[inline(always)]
 pub fn exp2_approx(a: f32) -> f32 {
