@@ -962,6 +962,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tensor_core_backward_layout_fits_one_block_per_sm_and_keeps_vector_alignment() {
+        use backward_mma_smem as L;
+        // The opt-in maximum of sm_90 (H100, H200).
+        assert!(L::BYTES <= 232_448, "{} bytes", L::BYTES);
+        // Regions read or written in 16-byte pieces (`ldmatrix` rows, `cp.async`, v4 stores).
+        for (name, at) in [
+            ("QH", L::QH),
+            ("KH", L::KH),
+            ("HS", L::HS),
+            ("GS", L::GS),
+            ("X", L::X),
+            ("DL", L::DL),
+            ("DLA", L::DLA),
+            ("WS", L::WS),
+            ("WD", L::WD),
+            ("RAW_Q", L::RAW_Q),
+            ("RAW_K", L::RAW_K),
+            ("BANK", L::BANK),
+            ("Y", L::Y),
+            ("CS", L::CS),
+            ("TOT", L::TOT),
+            ("ACC_QB", L::ACC_QB),
+            ("IDENT", L::IDENT),
+        ] {
+            assert_eq!(at % 16, 0, "{name} at {at}");
+        }
+        for stride in [L::QK_STRIDE, L::X_STRIDE, L::Y_STRIDE, L::BANK_BYTES] {
+            assert_eq!(stride % 16, 0);
+        }
+        // ldmatrix: the eight 16-byte rows of a matrix on distinct banks.
+        for stride in [L::QK_STRIDE, L::X_STRIDE] {
+            let mut seen = [false; 8];
+            for r in 0..8 {
+                seen[((r * stride / 16) % 8) as usize] = true;
+            }
+            assert!(seen.iter().all(|&s| s), "stride {stride}");
+        }
+    }
+
+    #[test]
     fn backward_slots_saturating_length_matches_layout() {
         for r in [1u32, 2, 4, 8] {
             for n in [2u32, 16, 130, 512] {
