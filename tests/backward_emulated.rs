@@ -20,7 +20,7 @@ use mamba3_abi::{
 };
 
 use common::{geo, grad_err, letters, opts, quantize, worst_over};
-use emulation::{arch, elem, frag, math, smem, warp_reduce, Memory};
+use emulation::{arch, elem, frag, math, smem, warp_reduce, warp_scan, Memory};
 
 #[path = "../kernels/src/angles.rs"]
 mod angles;

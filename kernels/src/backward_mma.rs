@@ -59,8 +59,8 @@ use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
     block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
-    shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base_fresh, st_shared_f32, st_shared_u32,
-    st_shared_v2_f32, st_shared_v4_f32, sync_threads, thread_x,
+    shfl_idx_f32, shfl_xor_f32, smem_base_fresh, st_shared_f32, st_shared_u32, st_shared_v2_f32,
+    st_shared_v4_f32, sync_threads, thread_x,
 };
 use crate::chunked_forward_mma::{rotate_row, unpack};
 use crate::elem::{ldg, stg, Bf16, Elem};
@@ -68,6 +68,7 @@ use crate::frag::{ldsm_a, ldsm_a_trans, ldsm_b, ldsm_b_trans};
 use crate::math::{exp, sigmoid_rcp, tanh_rcp};
 use crate::smem::{ld_shared_f64, st_shared_f64};
 use crate::warp_reduce;
+use crate::warp_scan::prefix_suffix_16;
 
 const R: u32 = 4;
 const N: u32 = 128;
@@ -452,19 +453,7 @@ unsafe fn stage_state(prm: &BackwardParams, bk: &Bk, c: usize) {
 unsafe fn token_scalars(bk: &Bk, len: u32, sc: [f32; 3]) {
     let lane = bk.lane;
     let a = if lane < len { sc[0] } else { 0.0 };
-    let mut pre = a;
-    let mut rev = shfl_idx_f32(a, 15u32.wrapping_sub(lane));
-    for d in [1u32, 2, 4, 8] {
-        let o = shfl_up_f32(pre, d);
-        let orev = shfl_up_f32(rev, d);
-        if lane >= d {
-            pre += o;
-            rev += orev;
-        }
-    }
-    // rev at lane k sums times ≥ 15 − k, so Σ_{u > i} sits at lane 14 − i.
-    let suf = shfl_idx_f32(rev, 14u32.wrapping_sub(lane));
-    let suf = if lane < 15 { suf } else { 0.0 };
+    let (pre, suf) = prefix_suffix_16(a, lane);
     let (dt, tr) = (sc[1], sc[2]);
     let lam = sigmoid_rcp(tr);
     let valid = lane < len;

@@ -667,6 +667,9 @@ pub mod smem;
 #[path = "../../kernels/src/warp_reduce.rs"]
 pub mod warp_reduce;
 
+#[path = "../../kernels/src/warp_scan.rs"]
+pub mod warp_scan;
+
 /// A global buffer of a launch: (start address, length in bytes, name).
 pub type Buffer = (u64, u64, &'static str);
 
