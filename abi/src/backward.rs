@@ -611,4 +611,7 @@ pub mod backward_mma_smem {
     pub const IDENT: u32 = ACC_MV + 4 * 4 * 64 * 4;
     /// Total dynamic shared memory (one block per H100/H200 SM).
     pub const BYTES: u32 = IDENT + 16;
+
+    // Within the opt-in maximum of sm_90 (H100, H200).
+    const _: () = assert!(BYTES <= 232_448);
 }
