@@ -666,15 +666,26 @@ unsafe fn phase_scores_inter(bk: &Bk) -> ([[f32; 4]; 4], [[f32; 4]; 4]) {
                 }
             }
         }
-        let ea = [bk.ts(TOK_EA, tt[0]), bk.ts(TOK_EA, tt[1])];
-        for yt in y.iter_mut() {
-            yt[0] *= ea[0];
-            yt[1] *= ea[0];
-            yt[2] *= ea[1];
-            yt[3] *= ea[1];
-        }
+        scale_rows(bk, &mut y, TOK_EA);
     }
     (sc, y)
+}
+
+/// Multiplies each accumulator row of the warp's tiles by token scalar `row` of its token (the
+/// lane's two row halves, see [`Bk::row_tok`]).
+///
+/// # Safety
+/// The TOK region holds the chunk's token scalars.
+#[inline(always)]
+unsafe fn scale_rows<const K: usize>(bk: &Bk, acc: &mut [[f32; 4]; K], row: u32) {
+    // SAFETY: forwarded to the caller (row tokens < 16).
+    let f = unsafe { [bk.ts(row, bk.row_tok(0)), bk.ts(row, bk.row_tok(1))] };
+    for at in acc.iter_mut() {
+        at[0] *= f[0];
+        at[1] *= f[0];
+        at[2] *= f[1];
+        at[3] *= f[1];
+    }
 }
 
 /// Phase B2: `y += (W ⊙ q̂k̂ᵀ)·x + D·x` and y into the `Y` region.
@@ -1161,13 +1172,7 @@ unsafe fn phase_dk(prm: &BackwardParams, bk: &Bk, t0: usize, len: u32) {
             (0, 4),
         );
         row_dot(bk, &acc, bk.base + L::KH, bk.base + L::SP);
-        let ce = [bk.ts(TOK_CE, bk.row_tok(0)), bk.ts(TOK_CE, bk.row_tok(1))];
-        for at in acc.iter_mut() {
-            at[0] *= ce[0];
-            at[1] *= ce[0];
-            at[2] *= ce[1];
-            at[3] *= ce[1];
-        }
+        scale_rows(bk, &mut acc, TOK_CE);
         wide_product(
             bk,
             &mut acc,
@@ -1208,13 +1213,7 @@ unsafe fn phase_dx(prm: &BackwardParams, bk: &Bk, bank: u32, t0: usize, len: u32
                 mma_m16n8k16_bf16_f32(&mut acc[2 * v as usize + 1], a, [b[2], b[3]]);
             }
         });
-        let ce = [bk.ts(TOK_CE, bk.row_tok(0)), bk.ts(TOK_CE, bk.row_tok(1))];
-        for at in acc.iter_mut() {
-            at[0] *= ce[0];
-            at[1] *= ce[0];
-            at[2] *= ce[1];
-            at[3] *= ce[1];
-        }
+        scale_rows(bk, &mut acc, TOK_CE);
         rolled!(kk in mt, 4 => {
             let a = ldmatrix_x4_trans(
                 bk.base + L::WS + ldsm_a_trans(L::X_STRIDE, 16 * mt, 16 * kk, lane),
