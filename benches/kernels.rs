@@ -14,7 +14,7 @@ use mamba3::decode::{
     REGISTER_RESIDENT_MAX_SEQUENCE_HEADS,
 };
 use mamba3::forward::{
-    dispatch_paths_with_workspace, forward, forward_with_workspace, workspace_len, ForwardConfig,
+    dispatch_paths_with_workspace, forward_with_workspace, workspace_len, ForwardConfig,
     ForwardInputs,
 };
 use mamba3::golden::SplitMix64;
@@ -704,10 +704,44 @@ fn bench_backward_one<T: Activation>(
         .unwrap()
     };
     let ms_bwd = time_ms(gpu, stream, 1, 3, &mut run_backward);
-    let ms_both = time_ms(gpu, stream, 1, 3, || {
-        forward(gpu, stream, &fwd_cfg, &inputs, &mut out.as_view_mut(), None).unwrap();
-        run_backward()
+    // A training step: the forward as the forward benchmark runs it (split into sequence
+    // segments where B·H leaves SMs idle), writing the backward's checkpoints where the
+    // tensor-core backward runs, then the backward without its checkpoint sweep.
+    let mut fwd_workspace = stream
+        .alloc_zeros::<f32>(workspace_len(&fwd_cfg, gpu.sm_count()).max(1))
+        .expect("allocating the forward workspace");
+    let run_forward =
+        |out: &mut CudaSlice<T>, fws: &mut CudaSlice<f32>, ws: &mut CudaSlice<f32>| {
+            backward::forward_for_backward(
+                gpu,
+                stream,
+                &fwd_cfg,
+                &inputs,
+                &mut out.as_view_mut(),
+                None,
+                Some(&mut fws.as_view_mut()),
+                &mut ws.as_view_mut(),
+            )
+            .unwrap()
+        };
+    let ms_fwd = time_ms(gpu, stream, 1, 3, || {
+        run_forward(&mut out, &mut fwd_workspace, &mut workspace);
     });
+    let ms_both = time_ms(gpu, stream, 1, 3, || {
+        let checkpoints = run_forward(&mut out, &mut fwd_workspace, &mut workspace);
+        backward::backward_with_checkpoints(
+            gpu,
+            stream,
+            &bwd_cfg,
+            &checkpoints,
+            &inputs,
+            &dout.as_view(),
+            &mut grads.as_views_mut(),
+            &mut workspace.as_view_mut(),
+        )
+        .unwrap()
+    });
+    let written = run_forward(&mut out, &mut fwd_workspace, &mut workspace).written();
     // Where the tensor-core backward runs, the chunked kernel it replaced, for comparison.
     let path = backward::backward_path(&bwd_cfg, gpu.max_shared_memory_optin());
     let ms_chunked = (path == backward::BackwardPath::TensorCore).then(|| {
@@ -737,6 +771,16 @@ fn bench_backward_one<T: Activation>(
         "bf16"
     };
     let ws_mib = ws_len as f64 * 4.0 / (1 << 20) as f64;
+    println!(
+        "{:<34} {:>10.3} ms   (the training step's forward{})",
+        format!("forward-for-backward/{dtype}/H={h}/B={b}/S={s}"),
+        ms_fwd,
+        if written {
+            ", writing the backward's checkpoints"
+        } else {
+            "; no checkpoints on this path"
+        }
+    );
     for (what, ms, flops) in [
         ("backward", ms_bwd, bwd_flops),
         ("fwd+bwd", ms_both, fwd_flops + bwd_flops),

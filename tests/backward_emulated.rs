@@ -63,6 +63,10 @@ enum Kernel {
     Chunked,
     /// The checkpoint sweep then `backward_mma` (R = 4, N = 128, P = 64, Na = 32, bf16, C = 16).
     TensorCore,
+    /// `backward_mma` from the checkpoints of the forward with checkpoints (a training step's
+    /// forward), after checking them bitwise against the sweep's and its outputs bitwise
+    /// against the plain forward's.
+    TensorCoreAfterForward,
 }
 
 /// Random ∂L/∂out in the output's layout, rounded to the activation type.
@@ -92,6 +96,7 @@ fn run_emulated(
     kernel: Kernel,
 ) -> Gradients {
     let chunked = kernel == Kernel::Chunked;
+    let tensor_core = matches!(kernel, Kernel::TensorCore | Kernel::TensorCoreAfterForward);
     let g = inp.geometry;
     let (b, s, r, gr, h, n, p, na) = letters(&g);
     let mut bufs = Memory::default();
@@ -230,9 +235,9 @@ fn run_emulated(
         },
         norm_eps: inp.norm.as_ref().map_or(1e-5, |nw| nw.eps as f32),
         reduce_blocks,
-        qkh_bf16: u32::from(kernel == Kernel::TensorCore),
+        qkh_bf16: u32::from(tensor_core),
     };
-    if kernel == Kernel::TensorCore {
+    if tensor_core {
         assert!(bf16 && (r, n, p, na, seg_len) == (4, 128, 64, 32, 16));
         let sweep = ForwardParams {
             q,
@@ -263,8 +268,8 @@ fn run_emulated(
             rotation: params.rotation,
             norm_eps: params.norm_eps,
             segments: 1,
-            seg_state: ckpt,
-            seg_theta: cs,
+            ckpt_state: ckpt,
+            ckpt_theta: cs,
             ..ForwardParams::default()
         };
         emulation::run_grid(
@@ -274,6 +279,60 @@ fn run_emulated(
             &bufs.buffers,
             || unsafe { chunked_forward_mma::chunked_forward_mma::<true, false, true>(&sweep) },
         );
+        let mut params = params;
+        if kernel == Kernel::TensorCoreAfterForward {
+            let out_len = b * s * h * inp.output_width();
+            let (ckpt_len, cs_len) = (ws.ckpt as usize, ws.cs as usize);
+            let out_plain = bufs.poison_act(out_len, true, "out (plain forward)");
+            let out_ckpt = bufs.poison_act(out_len, true, "out (forward with checkpoints)");
+            let ckpt_fwd = bufs.poison_f32(ckpt_len, "ckpt (forward)");
+            let cs_fwd = bufs.poison_f32(cs_len, "cs (forward)");
+            let plain = ForwardParams {
+                out: out_plain,
+                ckpt_state: 0,
+                ckpt_theta: 0,
+                ..sweep
+            };
+            let with_ckpt = ForwardParams {
+                out: out_ckpt,
+                ckpt_state: ckpt_fwd,
+                ckpt_theta: cs_fwd,
+                ..sweep
+            };
+            for (fp, with) in [(plain, false), (with_ckpt, true)] {
+                emulation::run_grid(
+                    (h as u32, b as u32),
+                    FORWARD_MMA_THREADS as usize,
+                    forward_mma_smem::BYTES as usize / 4,
+                    &bufs.buffers,
+                    || unsafe {
+                        if with {
+                            chunked_forward_mma::chunked_forward_mma::<false, false, true>(&fp)
+                        } else {
+                            chunked_forward_mma::chunked_forward_mma::<false, false, false>(&fp)
+                        }
+                    },
+                );
+            }
+            let words = |ptr: u64, len: usize| -> Vec<u32> {
+                // SAFETY: a buffer of `bufs` holding at least `len` 4-byte words.
+                unsafe { std::slice::from_raw_parts(ptr as *const u32, len) }.to_vec()
+            };
+            assert!(
+                words(ckpt, ckpt_len) == words(ckpt_fwd, ckpt_len),
+                "the forward's checkpoint states differ from the sweep's"
+            );
+            assert!(
+                words(cs, cs_len) == words(cs_fwd, cs_len),
+                "the forward's checkpoint angles differ from the sweep's"
+            );
+            assert!(
+                words(out_plain, out_len / 2) == words(out_ckpt, out_len / 2),
+                "the forward with checkpoints changed the outputs"
+            );
+            params.ckpt = ckpt_fwd;
+            params.cs = cs_fwd;
+        }
         emulation::run_grid(
             (h as u32, b as u32),
             BACKWARD_MMA_THREADS as usize,
@@ -287,7 +346,7 @@ fn run_emulated(
     } else {
         BackwardSmem::new(r as u32, n as u32, p as u32, na as u32).total
     };
-    if kernel != Kernel::TensorCore {
+    if !tensor_core {
         emulation::run_grid(
             (h as u32, b as u32),
             BACKWARD_THREADS as usize,
@@ -365,6 +424,11 @@ fn check(case: &Case, seed: u64) -> f64 {
 /// Runs `case` on the tensor-core kernel.
 fn check_mma(case: &Case, seed: u64) -> f64 {
     check_kernel(case, seed, Kernel::TensorCore)
+}
+
+/// Runs `case` on the tensor-core kernel from the checkpoints of the forward with checkpoints.
+fn check_mma_after_forward(case: &Case, seed: u64) -> f64 {
+    check_kernel(case, seed, Kernel::TensorCoreAfterForward)
 }
 
 /// Runs `case` on one kernel; returns the worst relative error over every gradient.
@@ -763,6 +827,34 @@ fn emulated_tensor_core_backward_matches_golden() {
     let worst = worst_over(&cases, 300, check_mma);
     eprintln!(
         "emulated tensor-core backward: worst error {worst:.2e} over {} cases",
+        cases.len()
+    );
+}
+
+#[test]
+fn emulated_tensor_core_backward_from_the_forwards_checkpoints_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    // A training step: the forward writing the backward's checkpoints (bitwise the sweep's, its
+    // outputs bitwise the plain forward's; checked in `run_emulated`), then the backward from
+    // them: full chunks and a tail, a single short chunk, both rotations, GQA.
+    let cases = [
+        Case {
+            geo: geo(1, 37, 4, 1, 1, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(Pairwise, Gated, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(2, 9, 4, 2, 2, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(HalfSplit, FusedNorm, true, false),
+            bf16: true,
+        },
+    ];
+    let worst = worst_over(&cases, 310, check_mma_after_forward);
+    eprintln!(
+        "emulated tensor-core backward after the forward: worst error {worst:.2e} over {} cases",
         cases.len()
     );
 }

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use half::bf16;
 use mamba3::backward::{
-    backward, backward_path, backward_with_path, dispatch_paths, workspace_len, BackwardPath,
-    GradientsMut,
+    backward, backward_path, backward_with_checkpoints, backward_with_path, dispatch_paths,
+    forward_for_backward, workspace_len, BackwardCheckpoints, BackwardPath, GradientsMut,
 };
 use mamba3::cuda::{CudaSlice, CudaStream, CudaViewMut};
-use mamba3::forward::Activation;
+use mamba3::forward::{self, Activation, ForwardConfig, ForwardInputs};
 use mamba3::golden::{
     backward_recurrent, Gradients, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions,
     Rotation, SplitMix64,
@@ -49,6 +49,70 @@ fn random_dout<T: Activation>(inp: &Mamba3Inputs, seed: u64) -> Vec<f64> {
         .collect()
 }
 
+/// How a test runs the backward.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Run {
+    /// `backward_with_path` on this per-head kernel.
+    Path(BackwardPath),
+    /// A training step: `forward_for_backward` (split where the forward splits), which must
+    /// write the tensor-core backward's checkpoints and produce the plain forward's outputs
+    /// bitwise, then `backward_with_checkpoints`.
+    TrainingStep,
+}
+
+impl From<BackwardPath> for Run {
+    fn from(path: BackwardPath) -> Run {
+        Run::Path(path)
+    }
+}
+
+/// Runs the forward with checkpoints (and, for comparison, the plain forward) into the backward
+/// workspace `ws`; panics unless the checkpoints were written and the outputs agree bitwise.
+fn run_training_forward<T: Activation>(
+    gpu: &Gpu,
+    s: &Arc<CudaStream>,
+    cfg: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    ws: &mut CudaSlice<f32>,
+) -> BackwardCheckpoints {
+    let out_len = cfg.batch * cfg.seq_len * cfg.heads * cfg.output_width();
+    let mut fws = poison::<f32>(s, forward::workspace_len(cfg, gpu.sm_count()).max(1));
+    let mut plain = poison::<T>(s, out_len);
+    forward::forward_with_workspace(
+        gpu,
+        s,
+        cfg,
+        inputs,
+        &mut plain.as_view_mut(),
+        None,
+        &mut fws.as_view_mut(),
+    )
+    .expect("plain forward");
+    let mut out = poison::<T>(s, out_len);
+    let checkpoints = forward_for_backward(
+        gpu,
+        s,
+        cfg,
+        inputs,
+        &mut out.as_view_mut(),
+        None,
+        Some(&mut fws.as_view_mut()),
+        &mut ws.as_view_mut(),
+    )
+    .expect("forward with checkpoints");
+    assert!(
+        checkpoints.written(),
+        "the forward wrote no checkpoints for {cfg:?}"
+    );
+    let bits =
+        |x: &CudaSlice<T>| -> Vec<u64> { down_act(s, x).iter().map(|v| v.to_bits()).collect() };
+    assert!(
+        bits(&plain) == bits(&out),
+        "the forward with checkpoints changed the outputs for {cfg:?}"
+    );
+    checkpoints
+}
+
 /// Runs the backward into NaN-poisoned caller buffers and downloads every gradient.
 fn run_gpu<T: Activation>(
     gpu: &Gpu,
@@ -57,7 +121,7 @@ fn run_gpu<T: Activation>(
     dev: &DeviceInputs<T>,
     dout: &CudaSlice<T>,
     chunk: usize,
-    path: BackwardPath,
+    run: Run,
 ) -> Gradients {
     let cfg = config_of::<T>(inp, chunk);
     let g = inp.geometry;
@@ -98,17 +162,32 @@ fn run_gpu<T: Activation>(
             d: dd.as_mut().map(|x| x.as_view_mut()),
             norm_weight: dnw.as_mut().map(|x| x.as_view_mut()),
         };
-        backward_with_path(
-            gpu,
-            s,
-            &cfg,
-            path,
-            &inputs,
-            &dout.as_view(),
-            &mut grads,
-            &mut ws.as_view_mut(),
-        )
-        .unwrap_or_else(|e| panic!("backward ({path:?}) failed for {g:?}: {e}"));
+        match run {
+            Run::Path(path) => backward_with_path(
+                gpu,
+                s,
+                &cfg,
+                path,
+                &inputs,
+                &dout.as_view(),
+                &mut grads,
+                &mut ws.as_view_mut(),
+            ),
+            Run::TrainingStep => {
+                let checkpoints = run_training_forward(gpu, s, &cfg, &inputs, &mut ws);
+                backward_with_checkpoints(
+                    gpu,
+                    s,
+                    &cfg,
+                    &checkpoints,
+                    &inputs,
+                    &dout.as_view(),
+                    &mut grads,
+                    &mut ws.as_view_mut(),
+                )
+            }
+        }
+        .unwrap_or_else(|e| panic!("backward ({run:?}) failed for {g:?}: {e}"));
     }
     s.synchronize().expect("the backward kernels failed");
     Gradients {
@@ -138,8 +217,9 @@ fn check<T: Activation>(
     s: &Arc<CudaStream>,
     case: &Case,
     seed: u64,
-    path: BackwardPath,
+    path: impl Into<Run>,
 ) -> Vec<(&'static str, f64)> {
+    let path: Run = path.into();
     let mut inp = Mamba3Inputs::random(case.geo, case.opts, seed).expect("random inputs");
     quantize::<T>(&mut inp);
     let dout_host = random_dout::<T>(&inp, seed ^ 0xd0d7);
@@ -216,7 +296,8 @@ fn check<T: Activation>(
 }
 
 /// Runs `cases` in both dtypes on `path` and prints the worst error per gradient.
-fn run_grid(cases: &[Case], label: &str, seed0: u64, path: BackwardPath) {
+fn run_grid(cases: &[Case], label: &str, seed0: u64, path: impl Into<Run>) {
+    let path: Run = path.into();
     let gpu = match common::gpu() {
         Some(g) => g,
         None => return,
@@ -227,7 +308,10 @@ fn run_grid(cases: &[Case], label: &str, seed0: u64, path: BackwardPath) {
     for (i, case) in cases.iter().enumerate() {
         let seed = seed0 + i as u64;
         // The tensor-core backward takes bf16 activations only.
-        if path != BackwardPath::TensorCore {
+        if !matches!(
+            path,
+            Run::Path(BackwardPath::TensorCore) | Run::TrainingStep
+        ) {
             for (name, e) in check::<f32>(&gpu, &s, case, seed, path) {
                 let w = worst_f32.entry(name).or_insert(0.0);
                 *w = w.max(e);
@@ -385,6 +469,21 @@ fn tensor_core_backward_matches_golden_on_upstream_geometries() {
         8400,
         BackwardPath::TensorCore,
     );
+}
+
+/// A training step at the tensor-core geometry: the forward writing the backward's checkpoints
+/// (whole, and split into sequence segments where B·H leaves SMs idle), then the backward
+/// without its sweep.
+#[test]
+fn training_step_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        tensor_core_case(1, 200, 1, 2, opts(HalfSplit, Gated, true, true)),
+        tensor_core_case(2, 37, 2, 4, opts(Pairwise, FusedNorm, true, false)),
+        tensor_core_case(1, 2048, 1, 4, opts(HalfSplit, Prereduce, true, true)),
+    ];
+    run_grid(&cases, "training step", 8600, Run::TrainingStep);
 }
 
 /// The fixed-geometry kernel (R = 4, N = 128, P = 64, Na = 32) at S = 2048 and S = 16384 (B = 1,
@@ -547,6 +646,86 @@ fn backward_rejects_bad_arguments_before_launch() {
     // Nothing was launched: the poisoned workspace is untouched.
     s.synchronize().unwrap();
     assert!(down_f32(&s, &ws).iter().all(|x| x.is_nan()));
+
+    // A training step's backward refuses a record of another problem or another workspace
+    // (this f32 call writes no checkpoints; the record still names its call).
+    let out_len = cfg.batch * cfg.seq_len * cfg.heads * cfg.output_width();
+    let mut out = poison::<f32>(&s, out_len);
+    let checkpoints = forward_for_backward(
+        &gpu,
+        &s,
+        &cfg,
+        &dev.views(),
+        &mut out.as_view_mut(),
+        None,
+        None,
+        &mut ws.as_view_mut(),
+    )
+    .expect("forward for backward");
+    assert!(!checkpoints.written());
+    let mut other_ws = poison::<f32>(&s, workspace_len(&cfg).unwrap());
+    let err = backward_with_checkpoints(
+        &gpu,
+        &s,
+        &cfg,
+        &checkpoints,
+        &dev.views(),
+        &dout.as_view(),
+        &mut grads.as_views_mut(),
+        &mut other_ws.as_view_mut(),
+    )
+    .unwrap_err();
+    eprintln!("rejected: {err}");
+    assert_invalid_argument(&err, "workspace");
+    let other_cfg = ForwardConfig {
+        seq_len: cfg.seq_len + 1,
+        ..cfg
+    };
+    let err = backward_with_checkpoints(
+        &gpu,
+        &s,
+        &other_cfg,
+        &checkpoints,
+        &dev.views(),
+        &dout.as_view(),
+        &mut grads.as_views_mut(),
+        &mut ws.as_view_mut(),
+    )
+    .unwrap_err();
+    eprintln!("rejected: {err}");
+    assert_invalid_argument(&err, "checkpoints");
+    // At the tensor-core geometry, a workspace too small for that backward's checkpoints.
+    let tc_case = tensor_core_case(
+        1,
+        20,
+        1,
+        1,
+        opts(Rotation::HalfSplit, OutputMode::Gated, true, true),
+    );
+    let mut tc = Mamba3Inputs::random(tc_case.geo, tc_case.opts, 4).unwrap();
+    quantize::<bf16>(&mut tc);
+    let tc_cfg = config_of::<bf16>(&tc, tc_case.chunk);
+    let tc_dev = DeviceInputs::<bf16>::upload(&s, &tc);
+    let mut tc_out = poison::<bf16>(
+        &s,
+        tc_cfg.batch * tc_cfg.seq_len * tc_cfg.heads * tc_cfg.output_width(),
+    );
+    let mut tiny = poison::<f32>(&s, 16);
+    let result = forward_for_backward(
+        &gpu,
+        &s,
+        &tc_cfg,
+        &tc_dev.views(),
+        &mut tc_out.as_view_mut(),
+        None,
+        None,
+        &mut tiny.as_view_mut(),
+    );
+    if backward_path(&tc_cfg, gpu.max_shared_memory_optin()) == BackwardPath::TensorCore {
+        let err = result.unwrap_err();
+        eprintln!("rejected: {err}");
+        assert_invalid_argument(&err, "workspace");
+    }
 
     // A state too large for the per-head kernel's shared memory: the typed error names both.
     let big_case = Case {

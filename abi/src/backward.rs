@@ -122,6 +122,8 @@ pub struct BackwardParams {
     pub reduce_blocks: u32,
     /// 1 when `dqh` / `dkh` hold bf16 (the tensor-core backward, whose activations are bf16 and
     /// whose per-head partials would otherwise double the HBM traffic of the call), 0 for f32.
+    /// With 1, N is a multiple of 8 and `dqh` / `dkh` are 16-byte aligned (the reduce reads
+    /// eight elements per load).
     pub qkh_bf16: u32,
 }
 

@@ -405,6 +405,12 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         max_threads: FORWARD_MMA_THREADS,
         min_blocks_per_sm: 2,
     },
+    // The tensor-core forward writing the backward's checkpoints, as the forward.
+    LaunchBounds {
+        prefix: "forward_ckpt_mma_",
+        max_threads: FORWARD_MMA_THREADS,
+        min_blocks_per_sm: 2,
+    },
     // The chunked forward and its segment-state pass: one block per SM is the shared-memory limit
     // anyway; the bound only fixes the block size.
     LaunchBounds {
@@ -695,6 +701,11 @@ pub struct ForwardParams {
     pub init_k: u64,
     /// Raw v of the token before the first `(B,H,P)` X (with `init_theta`).
     pub init_v: u64,
+    /// Backward checkpoints (tensor-core kernels with checkpoints only, else 0): the state
+    /// entering every chunk of C tokens, `(B,H,⌈S/C⌉,P,N)` bf16, 16-byte aligned.
+    pub ckpt_state: u64,
+    /// Backward checkpoints: θ entering every chunk, `(B,H,⌈S/C⌉,Na,2)` f32 `(hi, lo)` pairs.
+    pub ckpt_theta: u64,
 }
 
 /// Threads per block of the segment combine kernel.

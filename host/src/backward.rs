@@ -625,6 +625,25 @@ pub fn backward_with_path<T: Activation>(
     grads: &mut GradientsMut<'_, T>,
     workspace: &mut CudaViewMut<'_, f32>,
 ) -> Result<()> {
+    backward_impl(
+        gpu, stream, config, path, inputs, dout, grads, workspace, false,
+    )
+}
+
+/// [`backward_with_path`]; with `checkpointed`, the tensor-core path skips its checkpoint sweep
+/// (the workspace already holds the checkpoints, see [`forward_for_backward`]).
+#[allow(clippy::too_many_arguments)]
+fn backward_impl<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    path: BackwardPath,
+    inputs: &ForwardInputs<'_, T>,
+    dout: &CudaView<'_, T>,
+    grads: &mut GradientsMut<'_, T>,
+    workspace: &mut CudaViewMut<'_, f32>,
+    checkpointed: bool,
+) -> Result<()> {
     if T::DTYPE != config.dtype {
         return Err(Error::invalid(
             "dtype",
@@ -812,7 +831,7 @@ pub fn backward_with_path<T: Activation>(
     let args = Args(params);
 
     let grid_dim = (config.heads as u32, config.batch as u32, 1);
-    if let Some(ckpt) = ckpt_kernel {
+    if let Some(ckpt) = ckpt_kernel.filter(|_| !checkpointed) {
         let sweep = ForwardArgs(ForwardParams {
             q: params.q,
             k: params.k,
@@ -842,8 +861,8 @@ pub fn backward_with_path<T: Activation>(
             rotation: params.rotation,
             norm_eps: params.norm_eps,
             segments: 1,
-            seg_state: params.ckpt,
-            seg_theta: params.cs,
+            ckpt_state: params.ckpt,
+            ckpt_theta: params.cs,
             ..ForwardParams::default()
         });
         let mut launch = gpu.launch(stream, ckpt)?;
@@ -890,6 +909,177 @@ pub fn backward_with_path<T: Activation>(
     let result = unsafe { launch.run(cfg) };
     drop(guards);
     result
+}
+
+/// What [`forward_for_backward`] left in a backward workspace for [`backward_with_checkpoints`]:
+/// the call it ran and whether its kernel wrote the tensor-core backward's checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackwardCheckpoints {
+    config: ForwardConfig,
+    workspace: (u64, usize),
+    written: bool,
+}
+
+impl BackwardCheckpoints {
+    /// Whether the forward wrote the checkpoints (the tensor-core forward ran: bf16 at the
+    /// tensor-core backward's geometry, chunks of 16, aligned views); without them
+    /// [`backward_with_checkpoints`] runs the checkpoint sweep itself, as [`backward`] does.
+    pub fn written(&self) -> bool {
+        self.written
+    }
+}
+
+/// Whether two configs describe the same problem for the backward: every field but the chunk
+/// size (the forward's C, the backward's segment length on the token-serial path).
+fn same_problem(a: &ForwardConfig, b: &ForwardConfig) -> bool {
+    a == &ForwardConfig {
+        chunk_size: a.chunk_size,
+        ..*b
+    }
+}
+
+/// The forward of a training step: [`forward_with_workspace`](crate::forward::forward_with_workspace)
+/// (or [`forward`](crate::forward::forward) when `forward_workspace` is `None`), which where the
+/// tensor-core backward will run also writes that backward's checkpoints (the bf16 state and θ
+/// entering every chunk of 16 tokens) into `workspace`, the backward's workspace (at least
+/// [`workspace_len`] f32 elements). [`backward_with_checkpoints`] with the returned record, the
+/// same inputs and the same, untouched workspace then skips the checkpoint sweep. Outputs and
+/// final states are those of the plain forward, bitwise. Never allocates and never synchronizes.
+///
+/// Errors: those of the forward, and [`Error::InvalidArgument`] naming `workspace` when it is
+/// smaller than the tensor-core backward's layout (where that backward runs; [`workspace_len`]
+/// is always enough) or overlaps another buffer.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_for_backward<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    out: &mut CudaViewMut<'_, T>,
+    states: Option<&mut crate::forward::FinalStatesMut<'_, T>>,
+    forward_workspace: Option<&mut CudaViewMut<'_, f32>>,
+    workspace: &mut CudaViewMut<'_, f32>,
+) -> Result<BackwardCheckpoints> {
+    crate::forward::validate_config(config)?;
+    let tensor_core =
+        backward_path(config, gpu.max_shared_memory_optin()) == BackwardPath::TensorCore;
+    let parts = workspace_parts(config, BackwardPath::TensorCore).filter(|_| tensor_core);
+    if let Some(parts) = parts {
+        // The tensor-core backward's layout (the largest of every path's is `workspace_len`,
+        // which the backward checks against its own config).
+        let need = parts.ckpt + parts.seg + parts.cs + 2 * parts.dqkh + parts.slots;
+        if (workspace.len() as u64) < need {
+            return Err(Error::invalid(
+                "workspace",
+                format!("{} elements", workspace.len()),
+                format!(
+                    "must hold at least the tensor-core backward's {need} f32 elements                      (backward::workspace_len)"
+                ),
+            ));
+        }
+    }
+    let ws_len = workspace.len();
+    let (ws_base, guard) = workspace.device_ptr_mut(stream);
+    let kernel = Kernel::forward_with_checkpoints(
+        config.dtype,
+        FixedBackwardGeometry {
+            rank: config.rank,
+            state_dim: config.state_dim,
+            head_dim: config.head_dim,
+            num_angles: config.num_angles,
+        },
+    );
+    let target = match (parts, kernel) {
+        (Some(parts), Some(kernel)) if ws_base.is_multiple_of(16) => {
+            Some(crate::forward::CheckpointTarget {
+                kernel,
+                state: ws_base,
+                theta: ws_base + 4 * (parts.ckpt + parts.seg),
+                range: (ws_base, ws_base + 4 * ws_len as u64, "workspace"),
+            })
+        }
+        _ => None,
+    };
+    let written = crate::forward::forward_impl(
+        gpu,
+        stream,
+        config,
+        inputs,
+        out,
+        states,
+        forward_workspace,
+        None,
+        target,
+    )?;
+    drop(guard);
+    Ok(BackwardCheckpoints {
+        config: *config,
+        workspace: (ws_base, ws_len),
+        written,
+    })
+}
+
+/// [`backward`] after [`forward_for_backward`]: where the tensor-core backward runs and the
+/// forward wrote its checkpoints, it skips the checkpoint sweep (one kernel fewer, the state pass
+/// over the whole sequence); otherwise it is [`backward`]. `config` must describe the forward's
+/// problem (every field but `chunk_size`), `workspace` must be the one the forward wrote, not
+/// written since, and the inputs the forward's; the first two are checked, the last is the
+/// caller's contract. Never allocates and never synchronizes.
+///
+/// Errors: those of [`backward`], and [`Error::InvalidArgument`] naming `checkpoints` for a
+/// different problem or `workspace` for a different workspace.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_with_checkpoints<T: Activation>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    checkpoints: &BackwardCheckpoints,
+    inputs: &ForwardInputs<'_, T>,
+    dout: &CudaView<'_, T>,
+    grads: &mut GradientsMut<'_, T>,
+    workspace: &mut CudaViewMut<'_, f32>,
+) -> Result<()> {
+    if !same_problem(config, &checkpoints.config) {
+        return Err(Error::invalid(
+            "checkpoints",
+            format!("{:?}", checkpoints.config),
+            "must come from the forward of this config (every field but chunk_size equal)",
+        ));
+    }
+    let ws_len = workspace.len();
+    let ws = {
+        let (p, _guard) = workspace.device_ptr_mut(stream);
+        (p, ws_len)
+    };
+    if ws != checkpoints.workspace {
+        return Err(Error::invalid(
+            "workspace",
+            format!("{:#x} ({} elements)", ws.0, ws.1),
+            format!(
+                "must be the workspace forward_for_backward wrote ({:#x}, {} elements)",
+                checkpoints.workspace.0, checkpoints.workspace.1
+            ),
+        ));
+    }
+    let max = gpu.max_shared_memory_optin();
+    let mut path = backward_path(config, max);
+    if path == BackwardPath::TensorCore
+        && misaligned_for_tensor_core(inputs, dout, grads, workspace, stream).is_some()
+    {
+        path = fallback_path(config, max);
+    }
+    let checkpointed = checkpoints.written && path == BackwardPath::TensorCore;
+    backward_impl(
+        gpu,
+        stream,
+        config,
+        path,
+        inputs,
+        dout,
+        grads,
+        workspace,
+        checkpointed,
+    )
 }
 
 /// [`backward`] with the gradients and the workspace allocated on `stream` (the workspace is

@@ -938,7 +938,7 @@ pub fn forward<T: Activation>(
     out: &mut CudaViewMut<'_, T>,
     states: Option<&mut FinalStatesMut<'_, T>>,
 ) -> Result<()> {
-    forward_impl(gpu, stream, config, inputs, out, states, None, None)
+    forward_impl(gpu, stream, config, inputs, out, states, None, None, None).map(|_| ())
 }
 
 /// [`forward`] with the sequence split into [`sequence_segments`] segments when B·H leaves SMs
@@ -967,7 +967,9 @@ pub fn forward_with_workspace<T: Activation>(
         states,
         Some(workspace),
         None,
+        None,
     )
+    .map(|_| ())
 }
 
 /// [`forward`] (or, with a `workspace`, [`forward_with_workspace`]) continuing a sequence from
@@ -999,11 +1001,31 @@ pub fn forward_from_states<T: Activation>(
         states,
         workspace,
         Some(initial),
+        None,
     )
+    .map(|_| ())
 }
 
+/// Where a forward also writes the tensor-core backward's checkpoints
+/// (`backward::forward_for_backward`): the kernel that does, and the two regions of the backward
+/// workspace (already validated and overlap-checked by the caller).
+#[derive(Clone, Copy)]
+pub(crate) struct CheckpointTarget {
+    /// The tensor-core forward with checkpoints for the call's dtype and geometry.
+    pub kernel: Kernel,
+    /// `(B,H,⌈S/16⌉,P,N)` bf16, 16-byte aligned.
+    pub state: u64,
+    /// `(B,H,⌈S/16⌉,Na,2)` f32.
+    pub theta: u64,
+    /// The backward workspace's device range, an output of this call.
+    pub range: Range,
+}
+
+/// The forward of every public entry point. With `ckpt`, a call the tensor-core forward runs
+/// takes its checkpoint-writing instantiation instead; returns whether it did (another kernel
+/// writes no checkpoints).
 #[allow(clippy::too_many_arguments)]
-fn forward_impl<T: Activation>(
+pub(crate) fn forward_impl<T: Activation>(
     gpu: &Gpu,
     stream: &CudaStream,
     config: &ForwardConfig,
@@ -1012,7 +1034,8 @@ fn forward_impl<T: Activation>(
     states: Option<&mut FinalStatesMut<'_, T>>,
     workspace: Option<&mut CudaViewMut<'_, f32>>,
     initial: Option<&InitialStates<'_, T>>,
-) -> Result<()> {
+    ckpt: Option<CheckpointTarget>,
+) -> Result<bool> {
     if T::DTYPE != config.dtype {
         return Err(Error::invalid(
             "dtype",
@@ -1143,10 +1166,23 @@ fn forward_impl<T: Activation>(
         params.seg_theta = p + 4 * (slots * st) as u64;
         params.seg_decay = p + 4 * (slots * (st + th)) as u64;
     }
+    if let Some(c) = ckpt {
+        outputs.push(c.range);
+    }
     let all: Vec<Range> = inputs_ranges.iter().chain(&outputs).copied().collect();
     overlap_check(&outputs, &all)?;
 
-    let (kernel, segment_state, cfg) = launch_plan(gpu, &run, &params, segments, smem)?;
+    let (mut kernel, segment_state, cfg) = launch_plan(gpu, &run, &params, segments, smem)?;
+    let tensor_core = tensor_core_kernels(&run).is_some_and(|(tc, _)| tc == kernel);
+    let wrote_checkpoints = match ckpt {
+        Some(c) if tensor_core && initial.is_none() => {
+            kernel = c.kernel;
+            params.ckpt_state = c.state;
+            params.ckpt_theta = c.theta;
+            true
+        }
+        _ => false,
+    };
     let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {
@@ -1185,12 +1221,13 @@ fn forward_impl<T: Activation>(
         // SAFETY: one by-value `ForwardParams` is the kernel's parameter list; every pointer was
         // checked against its documented shape by `validate`, outputs (and the workspace) do not
         // overlap anything, the tensor-core kernel gets 16-byte aligned q, k, v and z, and the
-        // guards keep the buffers' event tracking alive until the launch is enqueued.
+        // guards keep the buffers' event tracking alive until the launch is enqueued; with
+        // checkpoints, their regions lie in the caller's checked backward workspace.
         unsafe { launch.run(cfg) }
     })();
     drop(out_guards);
     drop(guards);
-    result
+    result.map(|()| wrote_checkpoints)
 }
 
 /// [`forward_with_workspace`] with the output (and, with `with_states`, the final states) and the

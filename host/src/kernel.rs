@@ -154,6 +154,9 @@ pub enum Kernel {
     /// Backward on bf16 tensor cores (`mma.m16n8k16`, operand tiles by `ldmatrix`, the state
     /// adjoint in registers), bf16, R = 4, N = 128, P = 64, Na = 32, C = 16.
     BackwardMmaBf16R4N128P64Na32C16,
+    /// The tensor-core forward that also writes the tensor-core backward's checkpoints (the
+    /// state and θ entering every chunk), bf16, R = 4, N = 128, P = 64, Na = 32, C = 16.
+    ForwardCkptMmaBf16R4N128P64Na32C16,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, f32.
     BackwardReduceF32,
     /// Backward, fixed-order reduction of q/k over heads and parameters over the batch, bf16.
@@ -162,7 +165,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 71] = [
+    pub const ALL: [Kernel; 72] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -232,6 +235,7 @@ impl Kernel {
         Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
         Kernel::BackwardCkptMmaBf16R4N128P64Na32C16,
         Kernel::BackwardMmaBf16R4N128P64Na32C16,
+        Kernel::ForwardCkptMmaBf16R4N128P64Na32C16,
         Kernel::BackwardReduceF32,
         Kernel::BackwardReduceBf16,
     ];
@@ -326,6 +330,9 @@ impl Kernel {
                 "backward_ckpt_mma_bf16_r4_n128_p64_na32_c16"
             }
             Kernel::BackwardMmaBf16R4N128P64Na32C16 => "backward_mma_bf16_r4_n128_p64_na32_c16",
+            Kernel::ForwardCkptMmaBf16R4N128P64Na32C16 => {
+                "forward_ckpt_mma_bf16_r4_n128_p64_na32_c16"
+            }
             Kernel::BackwardReduceF32 => "backward_reduce_f32",
             Kernel::BackwardReduceBf16 => "backward_reduce_bf16",
         }
@@ -414,6 +421,19 @@ impl Kernel {
             .iter()
             .find(|row| row.dtype == dtype && row.geometry == geometry)
             .map(|row| (row.ckpt, row.kernel))
+    }
+
+    /// The tensor-core forward that writes the tensor-core backward's checkpoints for an
+    /// activation dtype and geometry, if instantiated (`TENSOR_CORE_BACKWARD`; the forward's chunk
+    /// of 16 tokens).
+    pub fn forward_with_checkpoints(
+        dtype: crate::Dtype,
+        geometry: FixedBackwardGeometry,
+    ) -> Option<Kernel> {
+        TENSOR_CORE_BACKWARD
+            .iter()
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+            .map(|row| row.forward)
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if
@@ -634,6 +654,9 @@ pub struct TensorCoreBackward {
     pub ckpt: Kernel,
     /// The per-head kernel.
     pub kernel: Kernel,
+    /// The tensor-core forward writing the same checkpoints beside its outputs (a training
+    /// step's forward, after which the backward skips the sweep).
+    pub forward: Kernel,
 }
 
 /// Every tensor-core backward instantiation (the host launches a row's kernels for a call whose
@@ -643,6 +666,7 @@ pub const TENSOR_CORE_BACKWARD: [TensorCoreBackward; 1] = [TensorCoreBackward {
     geometry: BACKWARD_GEOMETRY_R4_N128_P64_NA32,
     ckpt: Kernel::BackwardCkptMmaBf16R4N128P64Na32C16,
     kernel: Kernel::BackwardMmaBf16R4N128P64Na32C16,
+    forward: Kernel::ForwardCkptMmaBf16R4N128P64Na32C16,
 }];
 
 /// A kernel family instantiated for both activation types and R ∈ {1, 2, 4, 8}, in the order

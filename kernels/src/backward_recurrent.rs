@@ -32,7 +32,8 @@
 //! # Launch contract
 //! [`backward_head`]: grid `(H, B)`, block [`BACKWARD_THREADS`], dynamic shared memory
 //! `BackwardSmem::new(R, N, P, Na).bytes()`. [`backward_reduce`]: grid `(reduce_blocks, 1)`,
-//! block [`BACKWARD_THREADS`], no shared memory, after [`backward_head`] on the same stream.
+//! block [`BACKWARD_THREADS`], no shared memory, after [`backward_head`] on the same stream;
+//! with `qkh_bf16`, N a multiple of 8 and `dqh` / `dkh` 16-byte aligned.
 //! Every pointer of [`BackwardParams`] valid for its documented shape (the host validates).
 
 use mamba3_abi::{
@@ -1060,10 +1061,11 @@ pub unsafe fn backward_reduce<X: Elem>(prm: &BackwardParams) {
     let (n, p) = (prm.n as usize, prm.p as usize);
     let per_group = heads / groups;
     let qk = b_len * s_len * r_len * groups * n;
-    // bf16 per-head partials (`qkh_bf16`, N a multiple of 4 there) go four elements an item, as
-    // one 8-byte load per head: as 2-byte loads the reduce was bound by their count, not by bytes.
-    let quad = prm.qkh_bf16 != 0;
-    let items = if quad { qk / 4 } else { qk };
+    // bf16 per-head partials (`qkh_bf16`, N a multiple of 8 there) go eight elements an item, as
+    // one 16-byte load per head with eight heads' loads in flight: as 2-byte loads the reduce was
+    // bound by their count, as 8-byte loads four at a time by their latency.
+    let octet = prm.qkh_bf16 != 0;
+    let items = if octet { qk / 8 } else { qk };
     let sl = BackwardSlots::new(prm.rank, prm.n, prm.p);
     let slot_len = sl.len as usize;
     let total = 2 * items + heads * slot_len;
@@ -1076,7 +1078,7 @@ pub unsafe fn backward_reduce<X: Elem>(prm: &BackwardParams) {
             if i < 2 * items {
                 let second = i >= items;
                 let item = if second { i - items } else { i };
-                let e = if quad { 4 * item } else { item };
+                let e = if octet { 8 * item } else { item };
                 let nn = e % n;
                 let rest = e / n;
                 let g = rest % groups;
@@ -1084,23 +1086,27 @@ pub unsafe fn backward_reduce<X: Elem>(prm: &BackwardParams) {
                 let src = if second { prm.dkh } else { prm.dqh };
                 let dst = if second { prm.dk } else { prm.dq };
                 let head = |hh: usize| (bsr * heads + g * per_group + hh) * n + nn;
-                if quad {
-                    // Four heads' loads in flight before their adds (in head order).
-                    let mut acc = [0.0f32; 4];
+                if octet {
+                    // The heads' loads in flight before their adds (in head order).
+                    const IN_FLIGHT: usize = 8;
+                    let mut acc = [0.0f32; 8];
                     let mut hh = 0;
                     while hh < per_group {
-                        let mut v = [[0.0f32; 4]; 4];
+                        let mut v = [Default::default(); IN_FLIGHT];
                         for (k, vk) in v.iter_mut().enumerate() {
                             if hh + k < per_group {
-                                *vk = Bf16::load4(src, head(hh + k));
+                                *vk = Bf16::load8_raw(src, head(hh + k));
                             }
                         }
-                        for vk in v.iter() {
-                            for (a, x) in acc.iter_mut().zip(vk) {
-                                *a += x;
+                        for (k, vk) in v.iter().enumerate() {
+                            if hh + k < per_group {
+                                let x = Bf16::widen8(*vk);
+                                for (j, a) in acc.iter_mut().enumerate() {
+                                    *a += x[j];
+                                }
                             }
                         }
-                        hh += 4;
+                        hh += IN_FLIGHT;
                     }
                     for (k, a) in acc.iter().enumerate() {
                         X::store(dst, e + k, *a);

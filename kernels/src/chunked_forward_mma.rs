@@ -61,9 +61,9 @@ use crate::arch::global::{ld_global_v2_f32, st_global_u32, st_global_v2_f32, st_
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
-    block_x, block_y, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32, opaque_u32,
-    shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, smem_base_fresh, st_shared_f32,
-    st_shared_u32, st_shared_v2_f32, st_shared_v4_f32, sync_threads, thread_x,
+    block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
+    opaque_u32, shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, smem_base_fresh, st_shared_f32,
+    st_shared_u32, st_shared_v2_f32, st_shared_v4_f32, sync_threads, sync_warp, thread_x,
 };
 use crate::chunked_forward::split_f64;
 use crate::elem::{ldg, stg, Bf16, Elem};
@@ -1224,8 +1224,7 @@ pub(crate) unsafe fn store_segment_end<G: Regions>(
 
 /// The checkpoint sweep's per-chunk record, first half: the state entering chunk `chunk` of this
 /// (b, h) as bf16 into the q̂ tile (unused by the state pass), for [`copy_checkpoint`] after the
-/// next barrier, and θ entering it (`theta`, this lane's angle) as an f32 `(hi, lo)` pair into
-/// `(B,H,⌈S/C⌉,Na,2)` at [`ForwardParams::seg_theta`].
+/// next barrier, and (see [`store_checkpoint_theta`]) θ entering it.
 #[inline(always)]
 unsafe fn store_checkpoint(
     prm: &ForwardParams,
@@ -1234,9 +1233,26 @@ unsafe fn store_checkpoint(
     theta: f64,
     state: &[[f32; 4]; 16],
 ) {
-    let slot = (bk.b * bk.heads + bk.h) * bk.s_len.div_ceil(C as usize) + chunk;
-    // SAFETY: state rows and columns inside the Q tile; slot < B·H·⌈S/C⌉ slots of the θ buffer
-    // (launch contract).
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        stage_checkpoint_state(bk, state);
+        store_checkpoint_theta(prm, bk, chunk, theta);
+    }
+}
+
+/// Checkpoint slot of chunk `chunk` of this (b, h), formed where it is used: through an opaque
+/// copy of the batch row, so that LLVM does not hoist the row's slot base out of the chunk loop
+/// (held there, it made the forward with checkpoints spill).
+#[inline(always)]
+fn checkpoint_slot(bk: &Blk, chunk: usize) -> usize {
+    let b = fresh_u32(bk.b as u32) as usize;
+    (b * bk.heads + bk.h) * bk.s_len.div_ceil(C as usize) + chunk
+}
+
+/// The state half of [`store_checkpoint`]: the accumulators as bf16 into the q̂ tile.
+#[inline(always)]
+unsafe fn stage_checkpoint_state(bk: &Blk, state: &[[f32; 4]; 16]) {
+    // SAFETY: state rows and columns inside the Q tile.
     unsafe {
         for (nt, st) in state.iter().enumerate() {
             for pair in 0..2 {
@@ -1246,28 +1262,66 @@ unsafe fn store_checkpoint(
                 st_shared_u32(bk.base + L::Q + p * L::QK_STRIDE + 2 * n, word);
             }
         }
+    }
+}
+
+/// The θ half of [`store_checkpoint`]: θ entering chunk `chunk` (`theta`, this lane's angle) as
+/// an f32 `(hi, lo)` pair into `(B,H,⌈S/C⌉,Na,2)` at [`ForwardParams::ckpt_theta`].
+#[inline(always)]
+unsafe fn store_checkpoint_theta(prm: &ForwardParams, bk: &Blk, chunk: usize, theta: f64) {
+    let slot = checkpoint_slot(bk, chunk);
+    // SAFETY: slot < B·H·⌈S/C⌉ slots of the θ buffer (launch contract).
+    unsafe {
         if bk.tid < NA {
             let at = 2 * (slot * NA as usize + bk.tid as usize);
             let (hi, lo) = split_f64(theta);
-            stg(prm.seg_theta, at, hi);
-            stg(prm.seg_theta, at + 1, lo);
+            stg(prm.ckpt_theta, at, hi);
+            stg(prm.ckpt_theta, at + 1, lo);
         }
     }
 }
 
 /// The checkpoint record, second half (after a barrier): the bf16 state tile staged in the q̂
-/// tile by [`store_checkpoint`] into `(B,H,⌈S/C⌉,P,N)` bf16 at [`ForwardParams::seg_state`] in
+/// tile by [`store_checkpoint`] into `(B,H,⌈S/C⌉,P,N)` bf16 at [`ForwardParams::ckpt_state`] in
 /// 16-byte pieces (the backward copies it back the same way; as the accumulators' 4-byte words
 /// the stores half-filled their sectors).
 #[inline(always)]
 unsafe fn copy_checkpoint(prm: &ForwardParams, bk: &Blk, chunk: usize) {
-    let slot = (bk.b * bk.heads + bk.h) * bk.s_len.div_ceil(C as usize) + chunk;
-    let dst = prm.seg_state + 2 * (slot * (P * N) as usize) as u64;
+    let slot = checkpoint_slot(bk, chunk);
+    let dst = prm.ckpt_state + 2 * (slot * (P * N) as usize) as u64;
     let piece = bk.tid % 16;
     // SAFETY: rows < 64 of the Q tile; the slot of the 16-byte aligned state buffer.
     unsafe {
         for j in 0..8u32 {
             let p = bk.tid / 16 + 8 * j;
+            let v = ld_shared_v4_f32(bk.base + L::Q + p * L::QK_STRIDE + 16 * piece);
+            st_global_v4_f32(dst + (p * 256 + 16 * piece) as u64, v);
+        }
+    }
+}
+
+/// The forward proper's checkpoint of the state entering chunk `chunk`: each warp stages its
+/// own 16 state rows as bf16 in the q̂ tile (free from the chunk's scores to the next chunk's
+/// rotation) and, after a warp barrier, copies those rows out in 16-byte pieces (as the sweep
+/// does for the whole tile). No block barrier: a warp reads back only what it wrote. Stored from
+/// the accumulators directly, the 4-byte pieces of eight rows per instruction cost the forward
+/// a third more time at B = 8.
+#[inline(always)]
+unsafe fn store_checkpoint_warp(
+    prm: &ForwardParams,
+    bk: &Blk,
+    chunk: usize,
+    state: &[[f32; 4]; 16],
+) {
+    let slot = checkpoint_slot(bk, chunk);
+    let dst = prm.ckpt_state + 2 * (slot * (P * N) as usize) as u64;
+    let piece = bk.lane % 16;
+    // SAFETY: the warp's rows of the Q tile; the slot of the 16-byte aligned state buffer.
+    unsafe {
+        stage_checkpoint_state(bk, state);
+        sync_warp();
+        for j in 0..8u32 {
+            let p = 16 * bk.warp + bk.lane / 16 + 2 * j;
             let v = ld_shared_v4_f32(bk.base + L::Q + p * L::QK_STRIDE + 16 * piece);
             st_global_v4_f32(dst + (p * 256 + 16 * piece) as u64, v);
         }
@@ -1281,9 +1335,10 @@ unsafe fn copy_checkpoint(prm: &ForwardParams, bk: &Blk, chunk: usize) {
 /// k̂, x_w and the state, and writes the segment's end state, angle total and decay into slot s;
 /// the last segment's block has nothing to do. `SHORT` makes every chunk take the short-chunk
 /// path, state pass and epilogue included (see [`tiles`]): the kernel for calls shorter than C.
-/// `CKPT` (with `STATES_ONLY`, one segment) is the backward's checkpoint sweep: the state pass
-/// over the whole sequence from zero, writing the state and θ entering every chunk (see
-/// [`backward_ckpt_mma_bf16_r4_n128_p64_na32_c16`]).
+/// `CKPT` writes the state and θ entering every chunk for the backward: with `STATES_ONLY` (one
+/// segment) it is the backward's checkpoint sweep, the state pass over the whole sequence from
+/// zero (see [`backward_ckpt_mma_bf16_r4_n128_p64_na32_c16`]); without, the forward proper writes
+/// them beside its outputs (see [`forward_ckpt_mma_bf16_r4_n128_p64_na32_c16`]).
 ///
 /// # Safety
 /// The module's launch contract.
@@ -1358,6 +1413,10 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
             add_initial_trapezoid(&bk, &init_weights, &mut state);
         }
 
+        if CKPT && !STATES_ONLY && t_begin < t_end {
+            store_checkpoint_warp(prm, &bk, (t_begin / C) as usize, &state);
+        }
+
         // Phase S1 of chunk c+1 runs at the end of chunk c, beside the state pass, so its f64
         // work fills the slots the tensor-core phase leaves idle and saves a barrier.
         let mut s1 = phase_increments::<Bf16Regions>(&bk, (t_end - t_begin).min(C), &pf, 0);
@@ -1369,12 +1428,15 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
         while c0 < t_end {
             let len = (t_end - c0).min(C);
             last_len = len;
-            if CKPT {
+            if CKPT && STATES_ONLY {
                 store_checkpoint(prm, &bk, (c0 / C) as usize, s1.0, &state);
+            }
+            if CKPT && !STATES_ONLY {
+                store_checkpoint_theta(prm, &bk, (c0 / C) as usize, s1.0);
             }
             phase_angles_weights::<Bf16Regions, STATES_ONLY>(&bk, len, s1.0, s1.1, bank);
             sync_threads();
-            if CKPT {
+            if CKPT && STATES_ONLY {
                 copy_checkpoint(prm, &bk, (c0 / C) as usize);
             }
             let next = c0 + C;
@@ -1432,6 +1494,9 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
             }
             if next < t_end {
                 s1 = phase_increments::<Bf16Regions>(&bk, (t_end - next).min(C), &pf, bank ^ 1);
+                if CKPT && !STATES_ONLY {
+                    store_checkpoint_warp(prm, &bk, (next / C) as usize, &state);
+                }
             }
             wait_group::<0>();
             sync_threads();
@@ -1500,7 +1565,7 @@ pub unsafe extern "ptx-kernel" fn segment_state_mma_bf16_r4_n128_p64_na32_c16(
 /// Checkpoint sweep of the tensor-core backward (`backward_mma`), bf16, R = 4, N = 128, P = 64,
 /// Na = 32, C = 16: the segment-state pass over the whole sequence (one segment, zero initial
 /// state) writing, for every chunk, the state entering it and θ entering it (see
-/// [`store_checkpoint`]; `seg_state` and `seg_theta` are those two buffers, the other hand-off
+/// [`store_checkpoint`]; `ckpt_state` and `ckpt_theta` are those two buffers, the hand-off
 /// fields unused). Grid `(H, B)`, otherwise the module's launch contract.
 ///
 /// # Safety
@@ -1512,4 +1577,22 @@ pub unsafe extern "ptx-kernel" fn backward_ckpt_mma_bf16_r4_n128_p64_na32_c16(
 ) {
     // SAFETY: forwarded launch contract.
     unsafe { chunked_forward_mma::<true, false, true>(&params) }
+}
+
+/// [`forward_mma_bf16_r4_n128_p64_na32_c16`] that also writes the backward's checkpoints (the
+/// state and θ entering every chunk, as [`backward_ckpt_mma_bf16_r4_n128_p64_na32_c16`] does) to
+/// `ckpt_state` / `ckpt_theta`, so that a training step's backward needs no checkpoint sweep.
+/// Whole or split (each segment writes the checkpoints of its chunks, from its true entering
+/// state); no initial state.
+///
+/// # Safety
+/// The module's launch contract, with the two checkpoint buffers above (16-byte aligned state)
+/// and `init_*` all 0.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn forward_ckpt_mma_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma::<false, false, true>(&params) }
 }

@@ -2,7 +2,7 @@
 //! Arithmetic is always f32; these convert at the load/store boundary.
 
 use crate::arch::float::to_bf16;
-use crate::arch::global::{ld_global_v2_u32, ld_global_v4_f32};
+use crate::arch::global::{ld_global_v2_u32, ld_global_v4_f32, ld_global_v4_u32};
 
 /// A storage type of activations.
 pub trait Elem: Copy {
@@ -107,6 +107,26 @@ impl Elem for f32 {
     #[inline(always)]
     fn widen(raw: f32) -> f32 {
         raw
+    }
+}
+
+impl Bf16 {
+    /// Loads elements `i .. i + 8` of a bf16 tensor with one 16-byte load, unconverted
+    /// ([`Bf16::widen8`] converts them).
+    ///
+    /// # Safety
+    /// The eight elements must be valid and readable, and `base + 2i` 16-byte aligned.
+    #[inline(always)]
+    pub unsafe fn load8_raw(base: u64, i: usize) -> [u32; 4] {
+        // SAFETY: forwarded to the caller (16-byte aligned).
+        unsafe { ld_global_v4_u32(base + 2 * i as u64) }
+    }
+    /// The f32 values of eight elements loaded by [`Bf16::load8_raw`].
+    #[inline(always)]
+    pub fn widen8([a, b, c, d]: [u32; 4]) -> [f32; 8] {
+        let [x0, x1, x2, x3] = Self::widen4([a, b]);
+        let [x4, x5, x6, x7] = Self::widen4([c, d]);
+        [x0, x1, x2, x3, x4, x5, x6, x7]
     }
 }
 

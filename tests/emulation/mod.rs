@@ -598,6 +598,19 @@ pub mod elem {
     #[repr(transparent)]
     pub struct Bf16(pub u16);
 
+    impl Bf16 {
+        /// Eight scalar loads, after checking the device's 16-byte alignment contract.
+        pub unsafe fn load8_raw(base: u64, i: usize) -> [f32; 8] {
+            if !(base + 2 * i as u64).is_multiple_of(16) {
+                super::fail(format!("load8 of element {i} not 16-byte aligned"));
+            }
+            core::array::from_fn(|k| unsafe { <Self as Elem>::load(base, i + k) })
+        }
+        pub fn widen8(raw: [f32; 8]) -> [f32; 8] {
+            raw
+        }
+    }
+
     impl Elem for f32 {
         type Raw4 = [f32; 4];
         unsafe fn load4_raw(base: u64, i: usize) -> [f32; 4] {

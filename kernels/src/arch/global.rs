@@ -50,6 +50,21 @@ pub unsafe fn ld_global_v4_f32(addr: u64) -> [f32; 4] {
     [a, b, c, d]
 }
 
+/// `ld.global.v4.b32` (PTX ISA §9.7.9.8): 16 bytes into four registers.
+///
+/// # Safety
+/// `addr` is a 16-byte aligned global address of sixteen readable bytes.
+#[inline(always)]
+pub unsafe fn ld_global_v4_u32(addr: u64) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees the address and its alignment.
+    unsafe {
+        asm!("ld.global.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a, b = out(reg32) b,
+             c = out(reg32) c, d = out(reg32) d, p = in(reg64) addr, options(nostack, readonly))
+    };
+    [a, b, c, d]
+}
+
 /// `ld.global.v2.b32` (PTX ISA §9.7.9.8): 8 bytes into two registers.
 ///
 /// # Safety
