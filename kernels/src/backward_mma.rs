@@ -56,13 +56,13 @@ use mamba3_abi::{
 use crate::angles::{angle_increment_f32, reduced_near_f32};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::{fma_rn, pack_bf16x2, rsqrt_approx, sincos_approx};
-use crate::arch::global::{prefetch_l2, st_global_u32};
+use crate::arch::global::{prefetch_l2, st_global_u32, st_global_v4_f32};
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
     block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
     shfl_idx_f32, shfl_xor_f32, smem_base_fresh, st_shared_f32, st_shared_u32, st_shared_v2_f32,
-    st_shared_v4_f32, sync_threads, thread_x,
+    st_shared_v4_f32, sync_threads, sync_warp, thread_x,
 };
 use crate::chunked_forward_mma::{rotate_row, unpack};
 use crate::elem::{ldg, stg, Bf16, Elem};
@@ -1004,6 +1004,7 @@ unsafe fn unrotate(
     let g = lane / 4;
     let r = g % 4;
     let o = acc;
+    let stage = qkh_stage(bk);
     // SAFETY (whole body): rows < 64 of `hat`, CS and DTH entries of chunk times and angles < 32;
     // global indices of tokens < S; the bias region (4, R, N).
     unsafe {
@@ -1087,15 +1088,15 @@ unsafe fn unrotate(
                     }
                 }
             }
-            if tt < len {
-                let dst = bk.qkh(t0 + tt as usize, r);
-                for (t, ot) in o.iter().enumerate() {
-                    let col = bk.wide_col(t as u32, 0) as usize;
-                    st_global_u32(
-                        out + 2 * (dst + col) as u64,
-                        pack_bf16x2(ot[s0], ot[s0 + 1]),
-                    );
-                }
+            // ∂q̃ into the warp's staging rows (all 16 rows; only those of tokens < len are
+            // copied out below).
+            let lrow = lane / 4 + 8 * hr;
+            for (t, ot) in o.iter().enumerate() {
+                let lc = 8 * t as u32 + 2 * (lane % 4);
+                st_shared_u32(
+                    stage + lrow * QKH_STAGE_STRIDE + 2 * lc,
+                    pack_bf16x2(ot[s0], ot[s0 + 1]),
+                );
             }
         }
         if lane < 16 {
@@ -1106,6 +1107,43 @@ unsafe fn unrotate(
                 st_shared_v2_f32(at, [cur[0] + b[0], cur[1] + b[1]]);
             }
         }
+        copy_qkh(bk, stage, out, t0, len);
+    }
+}
+
+/// Bytes per staging row of [`copy_qkh`]: 64 bf16 and 16 bytes of padding (the lanes of a 4-byte
+/// store, eight rows by four columns, fall on 32 distinct banks).
+const QKH_STAGE_STRIDE: u32 = 144;
+
+/// Shared address of warp `warp`'s ∂q̃ / ∂k̃ staging rows: 16 rows of [`QKH_STAGE_STRIDE`] in the
+/// `Y` region, which no phase reads from the gate gradients (phase D) to the next chunk's outputs.
+#[inline(always)]
+fn qkh_stage(bk: &Bk) -> u32 {
+    bk.base + L::Y + bk.warp * 16 * QKH_STAGE_STRIDE
+}
+
+/// The warp's staged ∂q̃ (or ∂k̃) rows (its row tile, its two 32-column halves) to the per-head
+/// `out` as 16-byte pieces, rows of tokens < `len` only. A warp barrier before (the lanes' staged
+/// words) and after (the next staging overwrites what other lanes read here). As 4-byte stores
+/// straight from the accumulators each instruction wrote half sectors of eight rows.
+#[inline(always)]
+unsafe fn copy_qkh(bk: &Bk, stage: u32, out: u64, t0: usize, len: u32) {
+    // SAFETY (whole body): the warp's 16 staging rows; global rows of tokens < S, 16-byte aligned
+    // (launch contract: `dqh` / `dkh` 16-byte aligned, N = 128).
+    unsafe {
+        sync_warp();
+        for j in 0..4u32 {
+            let k = bk.lane + 32 * j;
+            let (lrow, piece) = (k / 8, k % 8);
+            let tt = 4 * bk.mt + lrow / 4;
+            let v = ld_shared_v4_f32(stage + lrow * QKH_STAGE_STRIDE + 16 * piece);
+            if tt < len {
+                let col = 64 * (piece / 4) + 32 * bk.ch + 8 * (piece % 4);
+                let dst = bk.qkh(t0 + tt as usize, lrow % 4) + col as usize;
+                st_global_v4_f32(out + 2 * dst as u64, v);
+            }
+        }
+        sync_warp();
     }
 }
 
