@@ -158,7 +158,8 @@ impl<T> GradientsMut<'_, T> {
     }
 }
 
-/// Gradients allocated by [`backward_alloc`] (same fields as [`GradientsMut`]).
+/// Gradients allocated by [`backward_alloc`] or [`Gradients::alloc`] (same fields as
+/// [`GradientsMut`]).
 pub struct Gradients<T> {
     /// ∂L/∂q (B,S,R,G,N).
     pub q: CudaSlice<T>,
@@ -190,6 +191,44 @@ pub struct Gradients<T> {
     pub d: Option<CudaSlice<f32>>,
     /// ∂L/∂norm weight (H,P), iff norm_weight is given.
     pub norm_weight: Option<CudaSlice<f32>>,
+}
+
+impl<T: Activation> Gradients<T> {
+    /// Zeroed gradient buffers for `config` on `stream` (`with_norm_weight`: the call passes a
+    /// norm weight, so ∂norm_weight is allocated). Allocates; never synchronizes.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for an invalid config or sizes that overflow `usize`;
+    /// driver errors from the allocations.
+    pub fn alloc(
+        stream: &std::sync::Arc<CudaStream>,
+        config: &ForwardConfig,
+        with_norm_weight: bool,
+    ) -> Result<Gradients<T>> {
+        crate::forward::validate_config(config)?;
+        let g = expected_gradient_lens(config, with_norm_weight).ok_or_else(|| {
+            Error::invalid("seq_len", config.seq_len, "tensor sizes overflow usize")
+        })?;
+        let e = || Error::driver("allocating backward gradients");
+        let act = |n: usize| stream.alloc_zeros::<T>(n).map_err(e());
+        let f32s = |n: usize| stream.alloc_zeros::<f32>(n).map_err(e());
+        Ok(Gradients {
+            q: act(g.q)?,
+            k: act(g.k)?,
+            v: act(g.v)?,
+            z: g.z.map(act).transpose()?,
+            trap: act(g.trap)?,
+            dt: f32s(g.dt)?,
+            adt: f32s(g.adt)?,
+            angles: f32s(g.angles)?,
+            q_bias: f32s(g.q_bias)?,
+            k_bias: f32s(g.k_bias)?,
+            mimo_v: f32s(g.mimo_v)?,
+            mimo_z: g.mimo_z.map(f32s).transpose()?,
+            mimo_o: g.mimo_o.map(f32s).transpose()?,
+            d: g.d.map(f32s).transpose()?,
+            norm_weight: g.norm_weight.map(f32s).transpose()?,
+        })
+    }
 }
 
 impl<T> Gradients<T> {
@@ -1096,32 +1135,10 @@ pub fn backward_alloc<T: Activation>(
     inputs: &ForwardInputs<'_, T>,
     dout: &CudaView<'_, T>,
 ) -> Result<Gradients<T>> {
-    crate::forward::validate_config(config)?;
-    let g = expected_gradient_lens(config, inputs.norm_weight.is_some())
-        .ok_or_else(|| Error::invalid("seq_len", config.seq_len, "tensor sizes overflow usize"))?;
+    let mut grads = Gradients::<T>::alloc(stream, config, inputs.norm_weight.is_some())?;
     let ws_len = workspace_len(config).ok_or_else(|| {
         Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
     })?;
-    let e = || Error::driver("allocating backward gradients");
-    let act = |n: usize| stream.alloc_zeros::<T>(n).map_err(e());
-    let f32s = |n: usize| stream.alloc_zeros::<f32>(n).map_err(e());
-    let mut grads = Gradients {
-        q: act(g.q)?,
-        k: act(g.k)?,
-        v: act(g.v)?,
-        z: g.z.map(act).transpose()?,
-        trap: act(g.trap)?,
-        dt: f32s(g.dt)?,
-        adt: f32s(g.adt)?,
-        angles: f32s(g.angles)?,
-        q_bias: f32s(g.q_bias)?,
-        k_bias: f32s(g.k_bias)?,
-        mimo_v: f32s(g.mimo_v)?,
-        mimo_z: g.mimo_z.map(f32s).transpose()?,
-        mimo_o: g.mimo_o.map(f32s).transpose()?,
-        d: g.d.map(f32s).transpose()?,
-        norm_weight: g.norm_weight.map(f32s).transpose()?,
-    };
     let mut workspace = stream
         .alloc_zeros::<f32>(ws_len)
         .map_err(Error::driver("allocating the backward workspace"))?;
