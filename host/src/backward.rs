@@ -990,9 +990,10 @@ fn same_problem(a: &ForwardConfig, b: &ForwardConfig) -> bool {
 /// same inputs and the same, untouched workspace then skips the checkpoint sweep. Outputs and
 /// final states are those of the plain forward, bitwise. Never allocates and never synchronizes.
 ///
-/// Errors: those of the forward, and [`Error::InvalidArgument`] naming `workspace` when it is
-/// smaller than the tensor-core backward's layout (where that backward runs; [`workspace_len`]
-/// is always enough) or overlaps another buffer.
+/// Errors: those of the forward (where `workspace` names `forward_workspace`), and
+/// [`Error::InvalidArgument`] naming `workspace` when it is smaller than the tensor-core
+/// backward's layout (where that backward runs; [`workspace_len`] is always enough), or
+/// `workspace (the backward's)` when it overlaps another buffer.
 #[allow(clippy::too_many_arguments)]
 pub fn forward_for_backward<T: Activation>(
     gpu: &Gpu,
@@ -1039,7 +1040,13 @@ pub fn forward_for_backward<T: Activation>(
                 kernel,
                 state: ws_base,
                 theta: ws_base + 4 * (parts.ckpt + parts.seg),
-                range: (ws_base, ws_base + 4 * ws_len as u64, "workspace"),
+                // Named apart from the forward's own `workspace` range, so that an overlap of
+                // the two is reported.
+                range: (
+                    ws_base,
+                    ws_base + 4 * ws_len as u64,
+                    "workspace (the backward's)",
+                ),
             })
         }
         _ => None,
