@@ -314,18 +314,20 @@ pub fn chunked_shared_memory_bytes(config: &ForwardConfig) -> Option<u64> {
 /// Tokens per chunk of the tensor-core backward ([`BackwardPath::TensorCore`]).
 pub const TENSOR_CORE_CHUNK: usize = 16;
 
+/// The geometry the fixed-geometry backward instantiations are keyed by.
+fn fixed_geometry(config: &ForwardConfig) -> FixedBackwardGeometry {
+    FixedBackwardGeometry {
+        rank: config.rank,
+        state_dim: config.state_dim,
+        head_dim: config.head_dim,
+        num_angles: config.num_angles,
+    }
+}
+
 /// The tensor-core backward's (checkpoint sweep, per-head kernel) for `config`, if its dtype and
 /// geometry have one.
 fn tensor_core_kernels(config: &ForwardConfig) -> Option<(Kernel, Kernel)> {
-    Kernel::backward_tensor_core(
-        config.dtype,
-        FixedBackwardGeometry {
-            rank: config.rank,
-            state_dim: config.state_dim,
-            head_dim: config.head_dim,
-            num_angles: config.num_angles,
-        },
-    )
+    Kernel::backward_tensor_core(config.dtype, fixed_geometry(config))
 }
 
 /// Dynamic shared memory of the tensor-core backward in bytes (its per-head kernel; the
@@ -379,17 +381,22 @@ fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<Backwar
     if path != BackwardPath::TokenSerial {
         ws.seg = 0;
     }
-    let total = [ws.ckpt, ws.seg, ws.cs, ws.dqkh, ws.dqkh, ws.slots]
+    // The sum of [`total`], checked for overflow.
+    let len = [ws.ckpt, ws.seg, ws.cs, ws.dqkh, ws.dqkh, ws.slots]
         .iter()
         .try_fold(0u64, |a, &x| a.checked_add(x))?;
-    (total < u64::MAX / 8 && usize::try_from(total).is_ok()).then_some(ws)
+    (len < u64::MAX / 8 && usize::try_from(len).is_ok()).then_some(ws)
+}
+
+/// f32 elements of one path's workspace layout (the regions [`backward_impl`] lays out in order).
+fn total(ws: BackwardWorkspace) -> u64 {
+    ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.slots
 }
 
 /// f32 elements of the workspace [`backward`] needs for `config` on any path (state
 /// checkpoints, cos/sin of every θ, per-head q/k gradients, per-(b, h) parameter partials);
 /// `None` when a size overflows `usize`.
 pub fn workspace_len(config: &ForwardConfig) -> Option<usize> {
-    let total = |ws: BackwardWorkspace| ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.slots;
     let serial = total(workspace_parts(config, BackwardPath::TokenSerial)?);
     let chunked = workspace_parts(config, BackwardPath::Chunked).map_or(0, total);
     let tensor_core = workspace_parts(config, BackwardPath::TensorCore).map_or(0, total);
@@ -537,15 +544,7 @@ fn kernels_for(config: &ForwardConfig, path: BackwardPath) -> (Option<Kernel>, K
             return (Some(ckpt), head, reduce);
         }
     }
-    let fixed = Kernel::backward_chunked_fixed(
-        config.dtype,
-        FixedBackwardGeometry {
-            rank: config.rank,
-            state_dim: config.state_dim,
-            head_dim: config.head_dim,
-            num_angles: config.num_angles,
-        },
-    );
+    let fixed = Kernel::backward_chunked_fixed(config.dtype, fixed_geometry(config));
     let head = match (config.dtype, path, fixed) {
         (_, BackwardPath::Chunked, Some(kernel)) => kernel,
         (Dtype::F32, BackwardPath::Chunked | BackwardPath::TensorCore, _) => {
@@ -613,6 +612,28 @@ fn misaligned_for_tensor_core<T>(
         .map(|(name, _, _)| name)
 }
 
+/// The per-head kernel a call runs: [`backward_path`], except that a tensor-core call with a
+/// misaligned view falls back to the next path.
+fn call_path<T>(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    inputs: &ForwardInputs<'_, T>,
+    dout: &CudaView<'_, T>,
+    grads: &mut GradientsMut<'_, T>,
+    workspace: &mut CudaViewMut<'_, f32>,
+) -> BackwardPath {
+    let max = gpu.max_shared_memory_optin();
+    let path = backward_path(config, max);
+    if path == BackwardPath::TensorCore
+        && misaligned_for_tensor_core(inputs, dout, grads, workspace, stream).is_some()
+    {
+        fallback_path(config, max)
+    } else {
+        path
+    }
+}
+
 /// Launch argument: the params struct by value.
 #[repr(transparent)]
 struct Args(BackwardParams);
@@ -645,13 +666,7 @@ pub fn backward<T: Activation>(
     grads: &mut GradientsMut<'_, T>,
     workspace: &mut CudaViewMut<'_, f32>,
 ) -> Result<()> {
-    let max = gpu.max_shared_memory_optin();
-    let mut path = backward_path(config, max);
-    if path == BackwardPath::TensorCore
-        && misaligned_for_tensor_core(inputs, dout, grads, workspace, stream).is_some()
-    {
-        path = fallback_path(config, max);
-    }
+    let path = call_path(gpu, stream, config, inputs, dout, grads, workspace);
     backward_with_path(gpu, stream, config, path, inputs, dout, grads, workspace)
 }
 
@@ -1012,7 +1027,7 @@ pub fn forward_for_backward<T: Activation>(
     if let Some(parts) = parts {
         // The tensor-core backward's layout (the largest of every path's is `workspace_len`,
         // which the backward checks against its own config).
-        let need = parts.ckpt + parts.seg + parts.cs + 2 * parts.dqkh + parts.slots;
+        let need = total(parts);
         if (workspace.len() as u64) < need {
             return Err(Error::invalid(
                 "workspace",
@@ -1025,15 +1040,7 @@ pub fn forward_for_backward<T: Activation>(
     }
     let ws_len = workspace.len();
     let (ws_base, guard) = workspace.device_ptr_mut(stream);
-    let kernel = Kernel::forward_with_checkpoints(
-        config.dtype,
-        FixedBackwardGeometry {
-            rank: config.rank,
-            state_dim: config.state_dim,
-            head_dim: config.head_dim,
-            num_angles: config.num_angles,
-        },
-    );
+    let kernel = Kernel::forward_with_checkpoints(config.dtype, fixed_geometry(config));
     let target = match (parts, kernel) {
         (Some(parts), Some(kernel)) if ws_base.is_multiple_of(16) => {
             Some(crate::forward::CheckpointTarget {
@@ -1112,13 +1119,7 @@ pub fn backward_with_checkpoints<T: Activation>(
             ),
         ));
     }
-    let max = gpu.max_shared_memory_optin();
-    let mut path = backward_path(config, max);
-    if path == BackwardPath::TensorCore
-        && misaligned_for_tensor_core(inputs, dout, grads, workspace, stream).is_some()
-    {
-        path = fallback_path(config, max);
-    }
+    let path = call_path(gpu, stream, config, inputs, dout, grads, workspace);
     let checkpointed = checkpoints.written && path == BackwardPath::TensorCore;
     backward_impl(
         gpu,

@@ -1287,16 +1287,33 @@ unsafe fn store_checkpoint_theta(prm: &ForwardParams, bk: &Blk, chunk: usize, th
 /// the stores half-filled their sectors).
 #[inline(always)]
 unsafe fn copy_checkpoint(prm: &ForwardParams, bk: &Blk, chunk: usize) {
-    let slot = checkpoint_slot(bk, chunk);
-    let dst = prm.ckpt_state + 2 * (slot * (P * N) as usize) as u64;
-    let piece = bk.tid % 16;
+    let dst = checkpoint_state_at(prm, bk, chunk);
     // SAFETY: rows < 64 of the Q tile; the slot of the 16-byte aligned state buffer.
     unsafe {
         for j in 0..8u32 {
-            let p = bk.tid / 16 + 8 * j;
-            let v = ld_shared_v4_f32(bk.base + L::Q + p * L::QK_STRIDE + 16 * piece);
-            st_global_v4_f32(dst + (p * 256 + 16 * piece) as u64, v);
+            copy_checkpoint_piece(bk, dst, bk.tid / 16 + 8 * j, bk.tid % 16);
         }
+    }
+}
+
+/// Address of chunk `chunk`'s bf16 state checkpoint of this (b, h) in
+/// [`ForwardParams::ckpt_state`].
+#[inline(always)]
+fn checkpoint_state_at(prm: &ForwardParams, bk: &Blk, chunk: usize) -> u64 {
+    prm.ckpt_state + 2 * (checkpoint_slot(bk, chunk) * (P * N) as usize) as u64
+}
+
+/// 16-byte piece `piece` (of 16) of state row `p` staged in the q̂ tile, to the checkpoint at
+/// `dst`.
+///
+/// # Safety
+/// `p < 64`, `piece < 16`; `dst` a 16-byte aligned checkpoint slot.
+#[inline(always)]
+unsafe fn copy_checkpoint_piece(bk: &Blk, dst: u64, p: u32, piece: u32) {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        let v = ld_shared_v4_f32(bk.base + L::Q + p * L::QK_STRIDE + 16 * piece);
+        st_global_v4_f32(dst + (p * 256 + 16 * piece) as u64, v);
     }
 }
 
@@ -1313,17 +1330,13 @@ unsafe fn store_checkpoint_warp(
     chunk: usize,
     state: &[[f32; 4]; 16],
 ) {
-    let slot = checkpoint_slot(bk, chunk);
-    let dst = prm.ckpt_state + 2 * (slot * (P * N) as usize) as u64;
-    let piece = bk.lane % 16;
+    let dst = checkpoint_state_at(prm, bk, chunk);
     // SAFETY: the warp's rows of the Q tile; the slot of the 16-byte aligned state buffer.
     unsafe {
         stage_checkpoint_state(bk, state);
         sync_warp();
         for j in 0..8u32 {
-            let p = 16 * bk.warp + bk.lane / 16 + 2 * j;
-            let v = ld_shared_v4_f32(bk.base + L::Q + p * L::QK_STRIDE + 16 * piece);
-            st_global_v4_f32(dst + (p * 256 + 16 * piece) as u64, v);
+            copy_checkpoint_piece(bk, dst, 16 * bk.warp + bk.lane / 16 + 2 * j, bk.lane % 16);
         }
     }
 }
