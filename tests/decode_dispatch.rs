@@ -321,11 +321,24 @@ fn multi_token_calls_run_the_chunked_forward() {
         );
         assert!(c.check_path(DecodePath::Chunked, 8).is_ok());
     }
-    // Fewer tokens than a chunk run the tensor-core forward's short-call instantiation.
+    // Fewer tokens than a chunk run the tensor-core forward's batch-walking short-call
+    // instantiation: one wave of blocks (two per SM), each walking the batch rows of its head.
     assert_eq!(
         reference(256).dispatch_paths::<bf16>(8, H200_SHARED_MEMORY),
-        ["forward_mma_short_bf16_r4_n128_p64_na32_c16"]
+        ["forward_mma_units_bf16_r4_n128_p64_na32_c16"]
     );
+    let stride = |batch: usize, heads: usize| {
+        let c = DecodeConfig {
+            heads,
+            ..reference(batch)
+        };
+        mamba3::forward::unit_stride(&c.forward_config(8, mamba3::Dtype::Bf16), 132)
+    };
+    assert_eq!(stride(256, 64), 4);
+    assert_eq!(stride(3, 64), 3);
+    assert_eq!(stride(1, 64), 1);
+    assert_eq!(stride(256, 512), 1);
+    assert_eq!(stride(256, 1), 256);
     assert_eq!(
         reference(256).dispatch_paths::<bf16>(16, H200_SHARED_MEMORY),
         ["forward_mma_bf16_r4_n128_p64_na32_c16"]

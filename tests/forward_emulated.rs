@@ -132,6 +132,9 @@ enum Forward {
     /// `chunked_forward_mma`'s short-call instantiation whatever the length (it is correct for
     /// any call; the host runs it only below C).
     TensorCoreShort,
+    /// The batch-walking short-call kernel (`chunked_forward_mma_units`; calls shorter than C
+    /// from an initial state) on a grid of `(H, stride)` blocks.
+    TensorCoreUnits { stride: usize },
 }
 
 impl Forward {
@@ -141,6 +144,7 @@ impl Forward {
             Forward::Chunked => "",
             Forward::TensorCore => " tensor-core",
             Forward::TensorCoreShort => " tensor-core short",
+            Forward::TensorCoreUnits { .. } => " tensor-core batch-walking",
         }
     }
 }
@@ -271,7 +275,10 @@ fn run_emulated(
     );
     let words = lay.total as usize + if staged { stage.bytes as usize / 4 } else { 0 };
     let grid = (g.heads as u32, (g.batch * segments) as u32);
-    let tensor_core = matches!(forward, Forward::TensorCore | Forward::TensorCoreShort);
+    let tensor_core = matches!(
+        forward,
+        Forward::TensorCore | Forward::TensorCoreShort | Forward::TensorCoreUnits { .. }
+    );
     let tc_words = if bf16 {
         forward_mma_smem::BYTES
     } else {
@@ -344,7 +351,21 @@ fn run_emulated(
             || unsafe { segment_state::segment_combine(&combine) },
         );
     }
-    if tensor_core {
+    if let Forward::TensorCoreUnits { stride } = forward {
+        assert!(bf16 && fixed_geometry(g, chunk, bf16) && g.seq_len < chunk && segments == 1);
+        assert!(init.is_some() && stride <= g.batch);
+        let params = ForwardParams {
+            unit_stride: stride as u32,
+            ..params
+        };
+        emulation::run_grid(
+            (g.heads as u32, stride as u32),
+            FORWARD_MMA_THREADS as usize,
+            forward_mma_smem::UNITS_BYTES as usize / 4,
+            &mem.buffers,
+            || unsafe { chunked_forward_mma::chunked_forward_mma_units(&params) },
+        );
+    } else if tensor_core {
         assert!(fixed_geometry(g, chunk, bf16));
         assert!(bf16 || forward == Forward::TensorCore);
         let short = forward == Forward::TensorCoreShort || (segments == 1 && g.seq_len < chunk);
@@ -893,6 +914,75 @@ fn emulated_kernels_continue_from_an_initial_state() {
     };
     worst = worst.max(check_continuation(&case, 5, 541, 2, Forward::TensorCore));
     eprintln!("emulated continuation: worst error {worst:.2e}");
+}
+
+/// The batch-walking short-call kernel (a decode call of fewer than C tokens from its state, each
+/// block walking the batch rows of its head) against the golden step recurrence, and bitwise
+/// against itself with one unit per block (stride B: no unit's inputs loaded during another's):
+/// strides that leave one, two and three units to a block (both staging banks, a last block with
+/// fewer units), GQA, both rotations, every output mode, with and without z and D.
+#[test]
+fn emulated_batch_walking_short_kernel_matches_golden_at_every_stride() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        (
+            geo(5, 4, 4, 1, 1, 128, 64, 32),
+            1,
+            opts(HalfSplit, Gated, true, true),
+            2,
+        ),
+        (
+            geo(5, 10, 4, 2, 2, 128, 64, 32),
+            2,
+            opts(Pairwise, Prereduce, false, true),
+            3,
+        ),
+        (
+            geo(4, 16, 4, 1, 1, 128, 64, 32),
+            1,
+            opts(HalfSplit, FusedNorm, true, false),
+            1,
+        ),
+        (
+            geo(3, 9, 4, 1, 2, 128, 64, 32),
+            3,
+            opts(Pairwise, Gated, true, true),
+            2,
+        ),
+    ];
+    let mut worst = 0.0f64;
+    for (i, (g, prefix, o, stride)) in cases.into_iter().enumerate() {
+        let case = Case {
+            geo: g,
+            chunk: 16,
+            opts: o,
+            bf16: true,
+        };
+        let seed = 560 + i as u64;
+        worst = worst.max(check_continuation(
+            &case,
+            prefix,
+            seed,
+            1,
+            Forward::TensorCoreUnits { stride },
+        ));
+        let (tail, init) = continuation(&case, prefix, seed);
+        let run = |forward| run_emulated(&tail, 16, true, true, 1, forward, Some(&init));
+        let (walking, one_each) = (
+            run(Forward::TensorCoreUnits { stride }),
+            run(Forward::TensorCoreUnits { stride: g.batch }),
+        );
+        assert!(walking.out == one_each.out, "outputs depend on the stride");
+        assert!(
+            walking.theta == one_each.theta
+                && walking.ssm == one_each.ssm
+                && walking.k == one_each.k
+                && walking.v == one_each.v,
+            "final states depend on the stride"
+        );
+    }
+    eprintln!("emulated batch-walking short-call kernel: worst error {worst:.2e}");
 }
 
 /// The GPU suite's small geometries plus short versions of upstream's, in emulation (slow: run on

@@ -14,7 +14,7 @@ use mamba3::decode::{
     self, DecodeConfig, DecodeGraph, DecodeInputs, DecodePath, DecodeState, DecodeWeights,
     HostDecodeState,
 };
-use mamba3::forward::forward_alloc;
+use mamba3::forward::{self, forward_alloc};
 use mamba3::golden::{self, FinalStates, Mamba3Geometry, Mamba3Inputs, RandomOptions};
 use mamba3::{Activation, Dtype, Error, Gpu, OutputMode, Rotation};
 use proptest::prelude::*;
@@ -667,6 +667,52 @@ fn gpu_forward_then_step_tokens_equals_longer_forward() {
     }
 }
 
+/// Calls shorter than a chunk at more sequence-heads than resident blocks: the batch-walking
+/// tensor-core kernel, one wave of blocks, each walking the batch rows of its head (B = 11,
+/// H = 64: on the H200's 132 SMs stride 4, so blocks run three or two units and use both staging
+/// banks), every output mode, both rotations, 3 to 15 tokens.
+#[test]
+fn chunked_decode_walking_the_batch_matches_golden() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    let mut worst = Errors::default();
+    for (i, (tokens, mode, rotation)) in [
+        (3, OutputMode::Gated, Rotation::HalfSplit),
+        (8, OutputMode::FusedNorm, Rotation::Pairwise),
+        (15, OutputMode::Prereduce, Rotation::HalfSplit),
+        (8, OutputMode::Gated, Rotation::Pairwise),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let case = Case {
+            batch: 11,
+            tokens,
+            mode,
+            rotation,
+            ..REFERENCE
+        };
+        let config = case.config(1e-5);
+        let kernel = DecodePath::Chunked.kernel::<bf16>(&config, tokens).unwrap();
+        assert_eq!(
+            kernel.symbol(),
+            "forward_mma_units_bf16_r4_n128_p64_na32_c16"
+        );
+        let stride =
+            forward::unit_stride(&config.forward_config(tokens, Dtype::Bf16), gpu.sm_count());
+        assert!(
+            stride < case.batch,
+            "stride {stride}: no block walks the batch"
+        );
+        let e = check::<bf16>(&gpu, &stream, case, 300 + i as u64);
+        worst.out = worst.out.max(e.out);
+        worst.ssm = worst.ssm.max(e.ssm);
+        worst.k = worst.k.max(e.k);
+        worst.theta = worst.theta.max(e.theta);
+    }
+    eprintln!("batch-walking chunked decode B=11 H=64: worst bf16 {worst:?}");
+}
+
 #[test]
 fn graph_replay_is_bitwise_equal_to_eager() {
     let gpu = gpu_or_skip!();
@@ -675,7 +721,8 @@ fn graph_replay_is_bitwise_equal_to_eager() {
     // arrival counters must be back at zero for every replay), batch 4 at one token the
     // streaming kernel with four warps of one block per (b, h) (CTA-scope counters), batch 16
     // the streaming kernel with one warp per (b, h); four tokens run the chunked forward (state
-    // advanced in place), the last case pinned to it. The eager calls are also checked against
+    // advanced in place), the case (4, 8) pinned to it; batch 12 at eight tokens the
+    // batch-walking tensor-core kernel (its blocks walk the batch rows). The eager calls are also checked against
     // the golden step recurrence: a θ or k̂ write-back lost between calls would leave eager and
     // graph equal but wrong.
     let chunked = Some(DecodePath::Chunked);
@@ -686,6 +733,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         (4, 4, None),
         (16, 1, None),
         (4, 8, chunked),
+        (12, 8, None),
     ] {
         let case = Case {
             batch,

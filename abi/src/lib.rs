@@ -541,6 +541,25 @@ pub mod forward_mma_smem {
     pub const IDENT: u32 = NORM + 4 * 64 * 4;
     /// Total dynamic shared memory (two blocks fit one H100/H200 SM).
     pub const BYTES: u32 = IDENT + 16;
+    /// k̂₀ of the caller's initial state `(R, N)` bf16 (the batch-walking short-call kernel
+    /// only, `forward_mma_units_*`: it holds a unit's k̂₀ from its loads, issued during the
+    /// previous unit, to its trapezoidal term after the rotation).
+    pub const K0: u32 = BYTES;
+    /// The initial raw v `(P)` bf16 of the same unit (batch-walking kernel only).
+    pub const V0: u32 = K0 + 4 * 128 * 2;
+    /// `ε₀ = Δ₀(1 − σ(trap₀))` of the unit, f32 (batch-walking kernel only).
+    pub const EPS0: u32 = V0 + 64 * 2;
+    /// θ₀ `(Na)` f32 of the unit (batch-walking kernel only).
+    pub const THETA0: u32 = EPS0 + 16;
+    /// 16 zero bytes, the `ldmatrix` rows past R of k̂₀ (batch-walking kernel only).
+    pub const ZERO: u32 = THETA0 + 32 * 4;
+    /// Dynamic shared memory of the batch-walking short-call kernel (still two blocks per SM).
+    pub const UNITS_BYTES: u32 = ZERO + 16;
+    /// The unit's angle logits `(16 times, 32 angles)` f32 in the batch-walking kernel, staged in
+    /// the CS region (free from the previous unit's rotation to this unit's angle phase).
+    pub const LOGITS: u32 = CS;
+    /// The unit's Δ `(16 times)` f32 in the batch-walking kernel, after the logits.
+    pub const DTS: u32 = CS + 16 * 32 * 4;
 }
 
 /// Shared-memory layout of the f32 tensor-core forward (`forward_mma_f32_*`, three-pass TF32) for
@@ -588,6 +607,25 @@ pub mod forward_tf32_smem {
     pub const IDENT: u32 = WT + 2 * 16 * 16 * 4;
     /// Total dynamic shared memory (two blocks fit one H100/H200 SM).
     pub const BYTES: u32 = IDENT + 16;
+    /// k̂₀ of the caller's initial state `(R, N)` bf16 (the batch-walking short-call kernel
+    /// only, `forward_mma_units_*`: it holds a unit's k̂₀ from its loads, issued during the
+    /// previous unit, to its trapezoidal term after the rotation).
+    pub const K0: u32 = BYTES;
+    /// The initial raw v `(P)` bf16 of the same unit (batch-walking kernel only).
+    pub const V0: u32 = K0 + 4 * 128 * 2;
+    /// `ε₀ = Δ₀(1 − σ(trap₀))` of the unit, f32 (batch-walking kernel only).
+    pub const EPS0: u32 = V0 + 64 * 2;
+    /// θ₀ `(Na)` f32 of the unit (batch-walking kernel only).
+    pub const THETA0: u32 = EPS0 + 16;
+    /// 16 zero bytes, the `ldmatrix` rows past R of k̂₀ (batch-walking kernel only).
+    pub const ZERO: u32 = THETA0 + 32 * 4;
+    /// Dynamic shared memory of the batch-walking short-call kernel (still two blocks per SM).
+    pub const UNITS_BYTES: u32 = ZERO + 16;
+    /// The unit's angle logits `(16 times, 32 angles)` f32 in the batch-walking kernel, staged in
+    /// the CS region (free from the previous unit's rotation to this unit's angle phase).
+    pub const LOGITS: u32 = CS;
+    /// The unit's Δ `(16 times)` f32 in the batch-walking kernel, after the logits.
+    pub const DTS: u32 = CS + 16 * 32 * 4;
 }
 
 /// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state, or
@@ -677,6 +715,10 @@ pub struct ForwardParams {
     pub segments: u32,
     /// Chunks per segment (used when `segments > 1`).
     pub seg_chunks: u32,
+    /// Batch rows between the units one block walks (the batch-walking short-call kernel
+    /// `forward_mma_units_*` only: grid y is this stride, block y runs batch rows y, y + stride,
+    /// … < B in turn). 0 elsewhere.
+    pub unit_stride: u32,
     /// Segment hand-off states `(B,H,K−1,P,N)` f32 (when `segments > 1`): the segment-state pass
     /// writes segment s's end state from a zero start in its local angle frame into slot s;
     /// [`SegmentCombineParams`]'s pass turns slot s into the true state at the end of segment s,

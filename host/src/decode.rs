@@ -106,7 +106,9 @@ pub enum DecodePath {
     /// kernel, else `forward_fma_*`, see [`crate::forward::kernel_for`]) over the call's T tokens
     /// as one sequence in chunks of [`DECODE_FORWARD_CHUNK`], started from the state and writing
     /// it back in place (`ForwardParams::init_*`): a block per (b, h), every token's update and
-    /// read-out as chunk GEMMs; T ≥ 1.
+    /// read-out as chunk GEMMs; T ≥ 1. A call shorter than a chunk at the tensor-core geometry
+    /// runs `forward_mma_units_*`: one wave of blocks, each walking the batch rows of its head
+    /// and loading the next (b, h) while it computes the current one.
     Chunked,
 }
 
@@ -115,7 +117,8 @@ impl DecodePath {
     /// call of `tokens` tokens, if instantiated: the fixed-geometry instantiation when one
     /// matches exactly ([`Kernel::decode_fixed`]), else the rank's general kernel; for the
     /// chunked path the forward kernel of a `tokens`-long sequence (shorter than a chunk: the
-    /// tensor-core forward's short-call instantiation).
+    /// tensor-core forward's batch-walking short-call instantiation, which runs one wave of
+    /// blocks, each walking the batch rows of its head).
     pub fn kernel<X: Activation>(&self, config: &DecodeConfig, tokens: usize) -> Option<Kernel> {
         let rank = config.rank;
         let fixed = Kernel::decode_fixed(
@@ -135,7 +138,8 @@ impl DecodePath {
             (DecodePath::RegisterResident { .. }, None) => Kernel::decode_rows(X::DTYPE, rank),
             (DecodePath::Streaming { .. }, None) => Kernel::decode_stream(X::DTYPE, rank),
             (DecodePath::Chunked, _) => {
-                forward::kernel_for(&config.forward_config(tokens, X::DTYPE))
+                let forward = config.forward_config(tokens, X::DTYPE);
+                forward::units_kernel(&forward).or_else(|| forward::kernel_for(&forward))
             }
         }
     }
@@ -1093,7 +1097,9 @@ fn step_chunked<X: Activation>(
         init_v: d.v_state,
         ..config.scalar_params(staged)
     };
-    let (kernel, _, cfg) = forward::launch_plan(gpu, &config, &params, 1, smem)?;
+    let (mut kernel, _, mut cfg) = forward::launch_plan(gpu, &config, &params, 1, smem)?;
+    let mut params = params;
+    forward::walk_batch(gpu, &config, &mut params, &mut kernel, &mut cfg);
     let args = ForwardArgs(params);
     let mut launch = gpu.launch(stream, kernel)?;
     launch.arg(&args);
@@ -1101,7 +1107,9 @@ fn step_chunked<X: Activation>(
     // tensors were validated against the config's shapes, which are the forward's layouts with
     // S = T; one segment, so each block reads its (b, h) of the state before writing it back
     // (the in-place contract of `ForwardParams::init_theta`); `launch_plan` gave the kernel's
-    // launch shape and checked the tensor-core kernel's alignment and shared memory.
+    // launch shape and checked the tensor-core kernel's alignment and shared memory, and
+    // `walk_batch` the batch-walking kernel's (grid (H, unit_stride), init_v alignment, its
+    // shared memory).
     let launched = unsafe { launch.run(cfg) };
     drop(ptrs);
     launched

@@ -624,6 +624,62 @@ pub fn blocks_per_sm(config: &ForwardConfig) -> usize {
     }
 }
 
+/// The batch-walking short-call kernel ([`Kernel::forward_tensor_core_units`]) for a call of
+/// `config` from an initial state, where it exists: the tensor-core geometry and dtype, a call
+/// shorter than one chunk.
+pub(crate) fn units_kernel(config: &ForwardConfig) -> Option<Kernel> {
+    (config.seq_len < config.chunk_size)
+        .then(|| Kernel::forward_tensor_core_units(config.dtype, fixed_geometry(config)))
+        .flatten()
+}
+
+/// Batch rows between the units of one block of the batch-walking kernel on a GPU with
+/// `sm_count` SMs: one wave of resident blocks ([`blocks_per_sm`] per SM) spread over the heads,
+/// at least 1 and at most B (then every block runs one unit).
+pub fn unit_stride(config: &ForwardConfig, sm_count: usize) -> usize {
+    let resident = blocks_per_sm(config).saturating_mul(sm_count);
+    (resident / config.heads.max(1)).clamp(1, config.batch.max(1))
+}
+
+/// Turns the launch of `launch_plan`'s short-call tensor-core kernel (`kernel`, `cfg`) of a call
+/// from an initial state into the batch-walking kernel's (grid `(H, unit_stride)`, its shared
+/// memory, `params.unit_stride` set), where that kernel exists for `config` and its contract
+/// holds (16-byte aligned `init_v`, `init_theta`, angle logits, `final_k` and `final_v`, its
+/// shared memory within the GPU's opt-in limit); else leaves them as they are.
+pub(crate) fn walk_batch(
+    gpu: &Gpu,
+    config: &ForwardConfig,
+    params: &mut ForwardParams,
+    kernel: &mut Kernel,
+    cfg: &mut LaunchConfig,
+) {
+    let Some(units) = units_kernel(config) else {
+        return;
+    };
+    let short = Kernel::forward_tensor_core_short(config.dtype, fixed_geometry(config));
+    let aligned = [
+        params.init_v,
+        params.init_theta,
+        params.angles,
+        params.final_k,
+        params.final_v,
+    ]
+    .iter()
+    .all(|p| p.is_multiple_of(16));
+    if Some(*kernel) != short
+        || params.init_ssm == 0
+        || !aligned
+        || forward_mma_smem::UNITS_BYTES as usize > gpu.max_shared_memory_optin()
+    {
+        return;
+    }
+    let stride = unit_stride(config, gpu.sm_count());
+    params.unit_stride = stride as u32;
+    *kernel = units;
+    cfg.grid_dim.1 = stride as u32;
+    cfg.shared_mem_bytes = forward_mma_smem::UNITS_BYTES;
+}
+
 /// Segments K per (head, batch) row that [`forward_with_workspace`] uses on a GPU with
 /// `sm_count` SMs: 1 (no split) when B·H rows already fill the SMs, else as many as fit one wave
 /// (`⌊blocks_per_sm · sm_count / (B·H)⌋`, see [`blocks_per_sm`]), at most [`MAX_SEGMENTS`] and

@@ -104,6 +104,11 @@ pub enum Kernel {
     /// a few tokens: its state pass and epilogue skip the empty 16-row tiles too), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
     ForwardMmaShortBf16R4N128P64Na32C16,
+    /// The short-call instantiation walking the batch: each block runs the (b, h) units of
+    /// its head for every `unit_stride`-th batch row, a unit's loads issued during the previous
+    /// unit (a decode call of a few tokens whose units outnumber the resident blocks), bf16, R=4,
+    /// N=128, P=64, Na=32, C=16.
+    ForwardMmaUnitsBf16R4N128P64Na32C16,
     /// Segment-state pass of the split tensor-core forward, bf16, R=4, N=128, P=64, Na=32, C=16.
     SegmentStateMmaBf16R4N128P64Na32C16,
     /// Chunked forward on TF32 tensor cores at float32 accuracy (three passes per product, state
@@ -165,7 +170,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 72] = [
+    pub const ALL: [Kernel; 73] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -213,6 +218,7 @@ impl Kernel {
         Kernel::ForwardFixedBf16R4N128P64Na32C16,
         Kernel::ForwardMmaBf16R4N128P64Na32C16,
         Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
+        Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
         Kernel::ForwardMmaF32R4N128P64Na32C16,
         Kernel::SegmentStateMmaF32R4N128P64Na32C16,
@@ -293,6 +299,9 @@ impl Kernel {
             Kernel::ForwardMmaBf16R4N128P64Na32C16 => "forward_mma_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaShortBf16R4N128P64Na32C16 => {
                 "forward_mma_short_bf16_r4_n128_p64_na32_c16"
+            }
+            Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16 => {
+                "forward_mma_units_bf16_r4_n128_p64_na32_c16"
             }
             Kernel::SegmentStateMmaBf16R4N128P64Na32C16 => {
                 "segment_state_mma_bf16_r4_n128_p64_na32_c16"
@@ -386,6 +395,15 @@ impl Kernel {
         geometry: FixedForwardGeometry,
     ) -> Option<Kernel> {
         fixed_forward_row(dtype, geometry).and_then(|row| row.tensor_core_short)
+    }
+
+    /// The batch-walking short-call instantiation for exactly this dtype and geometry, if any
+    /// (see [`FixedForward::tensor_core_units`]).
+    pub fn forward_tensor_core_units(
+        dtype: crate::Dtype,
+        geometry: FixedForwardGeometry,
+    ) -> Option<Kernel> {
+        fixed_forward_row(dtype, geometry).and_then(|row| row.tensor_core_units)
     }
 
     /// The decode kernels (shared tile, register resident, streaming) instantiated for exactly
@@ -499,6 +517,11 @@ pub struct FixedForward {
     /// `tensor_core` there: it also skips the empty tiles of the state pass and the epilogue,
     /// which the full-chunk kernel keeps (skipping them there cost full chunks 2–3%).
     pub tensor_core_short: Option<Kernel>,
+    /// The short-call instantiation that walks the batch
+    /// ([`Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16`]): a decode call of fewer than C tokens
+    /// from its state whose (b, h) units outnumber the resident blocks runs a grid of resident
+    /// blocks, each loading its next unit while it computes the current one.
+    pub tensor_core_units: Option<Kernel>,
 }
 
 /// The benchmark's (and upstream's tuned) geometry.
@@ -523,6 +546,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
             Kernel::SegmentStateMmaF32R4N128P64Na32C16,
         )),
         tensor_core_short: None,
+        tensor_core_units: None,
     },
     FixedForward {
         dtype: crate::Dtype::Bf16,
@@ -534,6 +558,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
             Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
         )),
         tensor_core_short: Some(Kernel::ForwardMmaShortBf16R4N128P64Na32C16),
+        tensor_core_units: Some(Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16),
     },
 ];
 
@@ -825,6 +850,11 @@ mod tests {
                 assert!(row.tensor_core.is_some());
                 assert_eq!(short.symbol(), format!("forward_mma_short_{suffix}"));
                 assert_eq!(Kernel::forward_tensor_core_short(row.dtype, g), Some(short));
+            }
+            if let Some(units) = row.tensor_core_units {
+                assert!(row.tensor_core_short.is_some());
+                assert_eq!(units.symbol(), format!("forward_mma_units_{suffix}"));
+                assert_eq!(Kernel::forward_tensor_core_units(row.dtype, g), Some(units));
             }
             assert_eq!(Kernel::forward_tensor_core(row.dtype, other), None);
         }

@@ -55,7 +55,9 @@ use crate::angles::{
     angle_increment, angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32,
     wrap_two_pi_f64,
 };
-use crate::arch::cp_async::{commit_group, cp_async_cg_16, cp_async_cg_16_zfill, wait_group};
+use crate::arch::cp_async::{
+    commit_group, cp_async_ca_4_zfill, cp_async_cg_16, cp_async_cg_16_zfill, wait_group,
+};
 use crate::arch::float::{fma_rn, pack_bf16x2, sincos_approx};
 use crate::arch::global::{ld_global_v2_f32, st_global_u32, st_global_v2_f32, st_global_v4_f32};
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
@@ -175,6 +177,31 @@ pub(crate) unsafe fn prefetch<X: Elem>(
     c0: u32,
     len: u32,
 ) -> Prefetch {
+    // SAFETY: forwarded to the caller.
+    unsafe { prefetch_parts::<X, true>(prm, bk, c0, len) }
+}
+
+/// [`Prefetch::scalars`] of chunk `[c0, c0 + len)` alone (the batch-walking kernel stages the
+/// angle logits and Δ in shared memory instead).
+#[inline(always)]
+unsafe fn token_scalar_inputs<X: Elem>(
+    prm: &ForwardParams,
+    bk: &Blk,
+    c0: u32,
+    len: u32,
+) -> [f32; 3] {
+    // SAFETY: forwarded to the caller.
+    unsafe { prefetch_parts::<X, false>(prm, bk, c0, len).scalars }
+}
+
+/// [`prefetch`], the angle logits and their Δ only when `LOGITS`.
+#[inline(always)]
+unsafe fn prefetch_parts<X: Elem, const LOGITS: bool>(
+    prm: &ForwardParams,
+    bk: &Blk,
+    c0: u32,
+    len: u32,
+) -> Prefetch {
     let mut pf = Prefetch {
         scalars: [0.0; 3],
         logits: [0.0; 4],
@@ -193,7 +220,7 @@ pub(crate) unsafe fn prefetch<X: Elem>(
         }
         for u in 0..4 {
             let i = 4 * bk.warp + u as u32;
-            if i < len {
+            if LOGITS && i < len {
                 let t = c0 as usize + i as usize;
                 pf.logits[u] = ldg(
                     prm.angles,
@@ -277,10 +304,41 @@ pub(crate) unsafe fn phase_increments<G: Regions>(
     pf: &Prefetch,
     bank: u32,
 ) -> (f64, [f64; 4]) {
+    // SAFETY: forwarded to the caller.
+    unsafe { phase_increments_carried::<G, false>(bk, len, pf, bank, 0.0) }
+}
+
+/// [`phase_increments`] from a carried angle total `carry` (this lane's angle) held in a
+/// register rather than in the THETA region.
+#[inline(always)]
+unsafe fn phase_increments_from<G: Regions>(
+    bk: &Blk,
+    len: u32,
+    pf: &Prefetch,
+    bank: u32,
+    carry: f64,
+) -> (f64, [f64; 4]) {
+    // SAFETY: forwarded to the caller.
+    unsafe { phase_increments_carried::<G, true>(bk, len, pf, bank, carry) }
+}
+
+/// Phase S1 with the carry read from the THETA region, or (`GIVEN`) the one given.
+#[inline(always)]
+unsafe fn phase_increments_carried<G: Regions, const GIVEN: bool>(
+    bk: &Blk,
+    len: u32,
+    pf: &Prefetch,
+    bank: u32,
+    given: f64,
+) -> (f64, [f64; 4]) {
     let mut loc = [0.0f64; 4];
     // SAFETY (whole body): indices inside the THETA, TOT and SCAL regions.
     unsafe {
-        let carry = ld_shared_f64(bk.base + G::THETA + 8 * bk.lane);
+        let carry = if GIVEN {
+            given
+        } else {
+            ld_shared_f64(bk.base + G::THETA + 8 * bk.lane)
+        };
         let mut acc = 0.0f64;
         // Times past `len` have logit and Δ zero from the prefetch, so their increment is an
         // exact zero; unconditional, the four increments' dependency chains interleave.
@@ -1080,6 +1138,13 @@ pub(crate) unsafe fn store_state_tile(bk: &Blk, base: u64, at: usize, state: &[[
 /// of the first 64 threads; [`add_initial_trapezoid`] reads it after the first barrier).
 #[inline(always)]
 unsafe fn stage_initial_k(prm: &ForwardParams, bk: &Blk) {
+    // SAFETY: forwarded to the caller; WT holds R·N bf16.
+    unsafe { stage_initial_k_at(prm, bk, L::WT) }
+}
+
+/// [`stage_initial_k`] into the 1 KB region at offset `region` of the layout.
+#[inline(always)]
+unsafe fn stage_initial_k_at(prm: &ForwardParams, bk: &Blk, region: u32) {
     if bk.tid < R * N / 8 {
         let (r, chunk) = (bk.tid / 16, bk.tid % 16);
         let src =
@@ -1088,7 +1153,7 @@ unsafe fn stage_initial_k(prm: &ForwardParams, bk: &Blk) {
         // row of N = 128 bf16 is 256 bytes (launch contract).
         unsafe {
             cp_async_cg_16(
-                bk.base + L::WT + 16 * bk.tid,
+                bk.base + region + 16 * bk.tid,
                 (prm.init_k + 2 * src as u64) as *const u8,
             )
         };
@@ -1129,6 +1194,14 @@ pub(crate) unsafe fn load_initial_state<X: Elem, G: Regions>(
     }
 }
 
+/// The two state rows `p` of this thread's accumulators (see [`state_index`]), whose initial
+/// raw v the trapezoidal term weighs.
+#[inline(always)]
+fn initial_v_rows(bk: &Blk) -> [usize; 2] {
+    let p0 = (16 * bk.warp + bk.lane / 4) as usize;
+    [p0, p0 + 8]
+}
+
 /// Adds the trapezoidal term `Σ_r u_r[p]·k̂₀_r[n]` of the token before the first to the state
 /// (`u` from [`load_initial_state`], k̂₀ staged by [`stage_initial_k`]; after the first barrier).
 #[inline(always)]
@@ -1148,9 +1221,10 @@ unsafe fn add_initial_trapezoid(bk: &Blk, u: &[[f32; R as usize]; 2], state: &mu
 }
 
 /// Final θ, SSM state, last k̂ and last raw v (the block that ends at S; `bank` is its last
-/// chunk's, whose raw v rows are still staged).
+/// chunk's, whose raw v rows are still staged). `WIDE`: k̂ and v in 16-byte pieces (`final_k`
+/// and `final_v` 16-byte aligned), else element by element.
 #[inline(always)]
-unsafe fn write_final_states(
+unsafe fn write_final_states<const WIDE: bool>(
     prm: &ForwardParams,
     bk: &Blk,
     last_len: u32,
@@ -1167,6 +1241,26 @@ unsafe fn write_final_states(
         }
         if prm.final_ssm != 0 {
             store_state_tile(bk, prm.final_ssm, bh * (P * N) as usize, state);
+        }
+        if WIDE {
+            let bh = bk.b * bk.heads + bk.h;
+            if prm.final_k != 0 && bk.tid < R * N / 8 {
+                let (r, piece) = (bk.tid / 16, bk.tid % 16);
+                let rho = 4 * (last_len - 1) + r;
+                let v = ld_shared_v4_f32(bk.base + L::K + rho * L::QK_STRIDE + 16 * piece);
+                let at = ((bk.b * R as usize + r as usize) * bk.heads + bk.h) * N as usize;
+                st_global_v4_f32(prm.final_k + 2 * at as u64 + 16 * piece as u64, v);
+            }
+            let piece = bk.tid.wrapping_sub(R * N / 8);
+            if prm.final_v != 0 && piece < P / 8 {
+                let row = bk.base + L::BANK + bank * L::BANK_BYTES + (last_len - 1) * 128;
+                let v = ld_shared_v4_f32(row + 16 * piece);
+                st_global_v4_f32(
+                    prm.final_v + 2 * (bh * P as usize) as u64 + 16 * piece as u64,
+                    v,
+                );
+            }
+            return;
         }
         if prm.final_k != 0 {
             let mut e = bk.tid;
@@ -1528,8 +1622,297 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
                 base: smem_base_fresh(),
                 ..bk
             };
-            write_final_states(prm, &bk, last_len, bank ^ 1, &state);
+            write_final_states::<false>(prm, &bk, last_len, bank ^ 1, &state);
         }
+    }
+}
+
+/// Issues the `cp.async` copies of the angle inputs of the unit of `bk` (a call of `len` < C
+/// tokens from the initial state): its angle logits into [`L::LOGITS`] and Δ into [`L::DTS`]
+/// (zero past `len`, as [`prefetch`] leaves them), θ₀ into [`L::THETA0`].
+#[inline(always)]
+unsafe fn stage_unit_angles(prm: &ForwardParams, bk: &Blk, len: u32) {
+    let (i, piece) = (bk.tid / 8, bk.tid % 8);
+    let t = if i < len { i as usize } else { 0 };
+    let size = |live: bool| if live { 16 } else { 0 };
+    let bh = bk.b * bk.heads + bk.h;
+    // SAFETY (whole body): sources inside the (B,S,H,Na) logits, (B,H,S) Δ and (B,H,Na) θ₀
+    // (token 0 for the zero-filled times; the logit rows and θ₀ rows of Na = 32 f32 are 128
+    // bytes, 16-byte aligned with their tensors, launch contract); destinations inside LOGITS,
+    // DTS and THETA0.
+    unsafe {
+        let logits = ((bk.b * bk.s_len + t) * bk.heads + bk.h) * NA as usize + 4 * piece as usize;
+        cp_async_cg_16_zfill(
+            bk.base + L::LOGITS + 16 * bk.tid,
+            (prm.angles + 4 * logits as u64) as *const u8,
+            size(i < len),
+        );
+        if bk.tid < C {
+            let t = if bk.tid < len { bk.tid as usize } else { 0 };
+            cp_async_ca_4_zfill(
+                bk.base + L::DTS + 4 * bk.tid,
+                (prm.dt + 4 * (bk.row + t) as u64) as *const u8,
+                if bk.tid < len { 4 } else { 0 },
+            );
+        }
+        if bk.tid < NA / 4 {
+            let at = bh * NA as usize + 4 * bk.tid as usize;
+            cp_async_cg_16(
+                bk.base + L::THETA0 + 16 * bk.tid,
+                (prm.init_theta + 4 * at as u64) as *const u8,
+            );
+        }
+    }
+}
+
+/// The unit's [`Prefetch`] from its token scalars (registers) and its staged angle logits and Δ
+/// (see [`stage_unit_angles`]), and the carried angle θ₀ of the lane's angle.
+#[inline(always)]
+unsafe fn staged_unit_inputs(bk: &Blk, scalars: [f32; 3]) -> (Prefetch, f64) {
+    let mut pf = Prefetch {
+        scalars,
+        logits: [0.0; 4],
+        dts: [0.0; 4],
+    };
+    // SAFETY: times < 16 and angles < 32 inside LOGITS, DTS and THETA0.
+    unsafe {
+        for u in 0..4u32 {
+            let i = 4 * bk.warp + u;
+            pf.logits[u as usize] = ld_shared_f32(bk.base + L::LOGITS + 4 * (32 * i + bk.lane));
+            pf.dts[u as usize] = ld_shared_f32(bk.base + L::DTS + 4 * i);
+        }
+        (pf, ld_shared_f32(bk.base + L::THETA0 + 4 * bk.lane) as f64)
+    }
+}
+
+/// Copies the initial raw v `(P)` bf16 of the unit of `bk` into [`L::V0`] (threads 64–71, one
+/// 16-byte `cp.async` each).
+#[inline(always)]
+unsafe fn stage_initial_v(prm: &ForwardParams, bk: &Blk) {
+    let piece = bk.tid.wrapping_sub(R * N / 8);
+    if piece < P / 8 {
+        let src = (bk.b * bk.heads + bk.h) * P as usize + 8 * piece as usize;
+        // SAFETY: P bf16 fill the V0 region; `init_v` is 16-byte aligned (this kernel's launch
+        // contract) and each (b, h) row of P = 64 bf16 is 128 bytes.
+        unsafe {
+            cp_async_cg_16(
+                bk.base + L::V0 + 16 * piece,
+                (prm.init_v + 2 * src as u64) as *const u8,
+            )
+        };
+    }
+}
+
+/// Adds the trapezoidal term of the token before the first (see [`add_initial_trapezoid`]) of
+/// the unit whose k̂₀, v₀ and ε₀ sit in [`L::K0`], [`L::V0`] and [`L::EPS0`] as one tensor-core
+/// k-step per state tile: A holds the weights `ε₀·v₀[p]·mimo_v_r[p]` (rows p of the warp, k = r;
+/// k ≥ R zero), B holds k̂₀ (k = r, n), both rounded to bf16 like the state pass's operands.
+/// B comes through `ldmatrix .trans` with the rows k ≥ R pointed at [`L::ZERO`]. 16 `mma` in
+/// place of 256 FMA and 64 shared loads per thread.
+#[inline(always)]
+unsafe fn add_staged_trapezoid_mma(prm: &ForwardParams, bk: &Blk, state: &mut [[f32; 4]; 16]) {
+    let (lane, t4) = (bk.lane, bk.lane % 4);
+    // SAFETY (whole body): rows < P inside V0, EPS0, k̂₀ rows < R inside K0 and the zero row
+    // (the caller's contract: all written before a barrier); (h, r, p) inside mimo_v.
+    unsafe {
+        let a = if t4 < R / 2 {
+            let eps = ld_shared_f32(bk.base + L::EPS0);
+            let rows = initial_v_rows(bk);
+            let v0 = rows.map(|p| {
+                let (lo, hi) = unpack(ld_shared_u32(bk.base + L::V0 + 4 * (p as u32 / 2)));
+                if p % 2 == 0 {
+                    lo
+                } else {
+                    hi
+                }
+            });
+            let weight = |i: usize, r: u32| {
+                let at = (bk.h * R as usize + r as usize) * P as usize + rows[i];
+                eps * v0[i] * ldg(prm.mimo_v, at)
+            };
+            [
+                pack_bf16x2(weight(0, 2 * t4), weight(0, 2 * t4 + 1)),
+                pack_bf16x2(weight(1, 2 * t4), weight(1, 2 * t4 + 1)),
+                0,
+                0,
+            ]
+        } else {
+            [0; 4]
+        };
+        let (k, j) = (lane % 8, lane / 8);
+        for quad in 0..4u32 {
+            let row = if k < R {
+                bk.base + L::K0 + k * 2 * N + 16 * (4 * quad + j)
+            } else {
+                bk.base + L::ZERO
+            };
+            let b = ldmatrix_x4_trans(row);
+            for (jj, &bj) in b.iter().enumerate() {
+                mma_m16n8k16_bf16_f32(&mut state[(4 * quad) as usize + jj], a, [bj, 0]);
+            }
+        }
+    }
+}
+
+/// The batch-walking short-call forward: block `(h, y)` runs the units `(b, h)` for
+/// `b = y, y + unit_stride, …` in turn, each a call of `S < C` tokens from its initial state
+/// (a decode step of a few tokens, `init_*` set, one segment), as
+/// [`chunked_forward_mma`]`::<false, true, false>` runs one. A unit's loads are issued during
+/// the previous unit: its raw rows and k̂₀ by `cp.async` (the raw staging area is free from the
+/// rotation on, its v and z go to the other bank, k̂₀ and v₀ to [`L::K0`] and [`L::V0`] after
+/// the scores), its angle logits, Δ and θ₀ by `cp.async` into the CS region (free from the
+/// rotation to the next angle phase) and [`L::THETA0`], its token scalars into registers before
+/// the state pass, its state into the accumulators right after the previous
+/// unit's final states are stored; the state is first needed by the trapezoidal term after the
+/// rotation, so its latency overlaps the unit's scalar, angle and rotation phases, and the
+/// previous unit's final-state stores drain behind them. One block per (b, h) instead would
+/// wait out those loads and stores at every block's start and end with nothing to hide them
+/// (about 40% of a block's life at batch 256).
+///
+/// # Safety
+/// The module's launch contract with grid `(H, unit_stride)`, `unit_stride ≤ B`, `S < C`, one
+/// segment, the `init_*` pointers set (the initial and final states may be the same buffers;
+/// `init_v`, `init_theta`, the angle logits, `final_k` and `final_v` 16-byte aligned) and
+/// dynamic shared memory
+/// [`L::UNITS_BYTES`].
+#[inline(always)]
+pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
+    let (heads, groups) = (prm.heads as usize, prm.groups as usize);
+    let (batch, s_len) = (prm.batch as usize, prm.seq_len as usize);
+    let stride = prm.unit_stride.max(1) as usize;
+    let len = prm.seq_len;
+    let h = block_x() as usize;
+    let tid = thread_x();
+    let row_of = |b: usize| (b * heads + h) * s_len;
+    let b0 = block_y() as usize;
+    let mut bk = Blk {
+        base: smem_base(),
+        tid,
+        warp: tid / 32,
+        lane: tid % 32,
+        b: b0,
+        h,
+        g: h / (heads / groups),
+        s_len,
+        heads,
+        groups,
+        row: row_of(b0),
+    };
+    if b0 >= batch {
+        return;
+    }
+    let half_split = prm.rotation == rotation::HALF_SPLIT;
+    let state_at = |bk: &Blk| (bk.b * heads + h) * (P * N) as usize;
+    // SAFETY (whole body): the launch contract; phases are separated by block barriers, and
+    // each region a unit's loads fill is free when they are issued (see the docs above).
+    unsafe {
+        let rp = rank_params(prm, &bk);
+        let cs_at = cs_source::<Bf16Regions>(&bk, half_split);
+        if tid == 0 {
+            st_shared_v4_f32(bk.base + L::IDENT, [1.0, 0.0, 1.0, 0.0]);
+            st_shared_v4_f32(bk.base + L::ZERO, [0.0; 4]);
+        }
+        let cp = column_params(prm, &bk);
+        stage_chunk::<false>(prm, &bk, 0, len, 0);
+        stage_unit_angles(prm, &bk, len);
+        stage_initial_k_at(prm, &bk, L::K0);
+        stage_initial_v(prm, &bk);
+        commit_group();
+        let mut scalars = token_scalar_inputs::<Bf16>(prm, &bk, 0, len);
+        let mut state = load_state_tile(&bk, prm.init_ssm, state_at(&bk));
+        wait_group::<0>();
+        sync_threads();
+        let mut s1 = unit_increments(&bk, len, scalars, 0);
+        let mut bank = 0u32;
+        loop {
+            // Re-derived each unit: the lane addresses formed from a base held through the loop
+            // would be hoisted out of it and held in registers (ptxas then spills).
+            bk.base = smem_base_fresh();
+            bk.tid = fresh_u32(tid);
+            bk.warp = bk.tid / 32;
+            bk.lane = bk.tid % 32;
+            sync_threads();
+            phase_angles_weights::<Bf16Regions, false>(&bk, len, s1.0, s1.1, bank);
+            sync_threads();
+            if half_split {
+                phase_rotate::<false, true, false>(&bk, len, bank, &rp, cs_at);
+            } else {
+                phase_rotate::<false, false, false>(&bk, len, bank, &rp, cs_at);
+            }
+            sync_threads();
+            let next = Blk {
+                b: bk.b + stride,
+                row: row_of(bk.b + stride),
+                ..bk
+            };
+            let has_next = next.b < batch;
+            // Two groups: the next unit's angle inputs, waited for before the scores' barrier
+            // (its increments run in this unit's epilogue), then its rows.
+            if has_next {
+                stage_unit_angles(prm, &next, len);
+            }
+            commit_group();
+            if has_next {
+                stage_chunk::<false>(prm, &next, 0, len, bank ^ 1);
+            }
+            commit_group();
+            if has_next {
+                scalars = token_scalar_inputs::<Bf16>(prm, &next, 0, len);
+            }
+            add_staged_trapezoid_mma(prm, &bk, &mut state);
+            let mut y = phase_scores_inter::<false>(&bk, len, bank, &state);
+            wait_group::<1>();
+            sync_threads();
+            if has_next {
+                stage_initial_k_at(prm, &next, L::K0);
+                stage_initial_v(prm, &next);
+            }
+            commit_group();
+            phase_intra::<false>(&bk, len, &mut y);
+            let bank_at = bk.base + L::BANK + bank * L::BANK_BYTES;
+            phase_epilogue::<Bf16Io, false>(
+                prm,
+                &bk,
+                0,
+                len,
+                bank_at,
+                bk.base + L::NORM,
+                &mut y,
+                &cp,
+            );
+            // The next unit's phase S1 beside this unit's state pass (as the multi-chunk kernel
+            // runs the next chunk's): its TOT and scalar bank are free, its inputs arrived.
+            if has_next {
+                s1 = unit_increments(&next, len, scalars, bank ^ 1);
+            }
+            phase_state::<false>(&bk, len, bank, &mut state);
+            wait_group::<0>();
+            sync_threads();
+            write_final_states::<true>(prm, &bk, len, bank, &state);
+            if !has_next {
+                break;
+            }
+            state = load_state_tile(&next, prm.init_ssm, state_at(&next));
+            bk = next;
+            bank ^= 1;
+        }
+    }
+}
+
+/// Phase S1 of the batch-walking kernel's unit of `bk` (see [`phase_increments`]) from its token
+/// scalars and its staged angle inputs, and its `ε₀` into [`L::EPS0`] (warp 0's lane 0 holds
+/// token 0's Δ and trap logit; formed as `load_initial_state` forms it).
+#[inline(always)]
+unsafe fn unit_increments(bk: &Blk, len: u32, scalars: [f32; 3], bank: u32) -> (f64, [f64; 4]) {
+    // SAFETY: the staged inputs arrived before a barrier (the caller's contract); EPS0 is free.
+    unsafe {
+        let (pf, theta0) = staged_unit_inputs(bk, scalars);
+        let s1 = phase_increments_from::<Bf16Regions>(bk, len, &pf, bank, theta0);
+        if bk.tid == 0 {
+            let [_, dt0, trap0] = scalars;
+            st_shared_f32(bk.base + L::EPS0, dt0 * sigmoid_rcp(-trap0));
+        }
+        s1
     }
 }
 
@@ -1559,6 +1942,21 @@ pub unsafe extern "ptx-kernel" fn forward_mma_short_bf16_r4_n128_p64_na32_c16(
 ) {
     // SAFETY: forwarded launch contract.
     unsafe { chunked_forward_mma::<false, true, false>(&params) }
+}
+
+/// The batch-walking short-call forward (see [`chunked_forward_mma_units`]), bf16, R = 4,
+/// N = 128, P = 64, Na = 32, C = 16: a decode call of a few tokens at a batch whose (b, h) units
+/// outnumber the resident blocks.
+///
+/// # Safety
+/// The launch contract of [`chunked_forward_mma_units`].
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn forward_mma_units_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma_units(&params) }
 }
 
 /// Segment-state pass of the split tensor-core forward, bf16, R = 4, N = 128, P = 64, Na = 32,

@@ -376,6 +376,21 @@ pub mod arch {
         pub unsafe fn cp_async_ca_8(dst: u32, src: *const u8) {
             unsafe { copy(dst, src, 8) }
         }
+        pub unsafe fn cp_async_ca_4_zfill(dst: u32, src: *const u8, src_size: u32) {
+            match src_size {
+                4 => unsafe { copy(dst, src, 4) },
+                0 => {
+                    if !dst.is_multiple_of(4) || !(src as u64).is_multiple_of(4) {
+                        super::super::fail(format!("unaligned cp.async: dst {dst}, src {src:p}"));
+                    }
+                    super::super::check_global(src as u64, 0, 4, false);
+                    super::super::smem_write(dst, 0);
+                }
+                _ => {
+                    super::super::fail(format!("cp.async src_size {src_size} (kernels use 0 or 4)"))
+                }
+            }
+        }
         pub fn commit_group() {}
         pub fn wait_group<const PENDING: u32>() {}
     }

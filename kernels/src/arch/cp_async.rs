@@ -49,6 +49,22 @@ pub unsafe fn cp_async_ca_8(dst: u32, src: *const u8) {
     };
 }
 
+/// `cp.async.ca.shared.global [dst], [src], 4, src_size;`: copies the first `src_size` bytes (0
+/// or 4) of a 4-byte word and zero-fills the rest (a scalar of a row that may end early).
+///
+/// # Safety
+/// `dst` is a 4-byte aligned shared-space address inside the block's shared memory; `src` is a
+/// 4-byte aligned global pointer to 4 readable bytes, even when `src_size` is 0. The data is
+/// visible only after [`wait_group`] (to this thread) and a barrier (to the others).
+#[inline(always)]
+pub unsafe fn cp_async_ca_4_zfill(dst: u32, src: *const u8, src_size: u32) {
+    // SAFETY: the caller guarantees both addresses.
+    unsafe {
+        asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {n};", d = in(reg32) dst,
+             s = in(reg64) src, n = in(reg32) src_size, options(nostack))
+    };
+}
+
 /// `cp.async.commit_group;`: closes the group of copies issued so far by this thread.
 #[inline(always)]
 pub fn commit_group() {
