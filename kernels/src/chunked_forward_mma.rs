@@ -1222,7 +1222,8 @@ unsafe fn add_initial_trapezoid(bk: &Blk, u: &[[f32; R as usize]; 2], state: &mu
 
 /// Final θ, SSM state, last k̂ and last raw v (the block that ends at S; `bank` is its last
 /// chunk's, whose raw v rows are still staged). `WIDE`: k̂ and v in 16-byte pieces (`final_k`
-/// and `final_v` 16-byte aligned), else element by element.
+/// and `final_v` 16-byte aligned), else element by element; θ not at all (the caller writes it,
+/// see [`write_final_theta`]).
 #[inline(always)]
 unsafe fn write_final_states<const WIDE: bool>(
     prm: &ForwardParams,
@@ -1235,9 +1236,8 @@ unsafe fn write_final_states<const WIDE: bool>(
     // SAFETY (whole body): indices inside the final-state tensors of the launch contract, the
     // THETA region and the k̂ tile.
     unsafe {
-        if prm.final_theta != 0 && bk.tid < NA {
-            let th = stored_f32(ld_shared_f64(bk.base + L::THETA + 8 * bk.tid));
-            stg(prm.final_theta, bh * NA as usize + bk.tid as usize, th);
+        if !WIDE {
+            write_final_theta(prm, bk);
         }
         if prm.final_ssm != 0 {
             store_state_tile(bk, prm.final_ssm, bh * (P * N) as usize, state);
@@ -1287,6 +1287,19 @@ unsafe fn write_final_states<const WIDE: bool>(
                 bh * P as usize + p as usize,
                 if p % 2 == 0 { lo } else { hi },
             );
+        }
+    }
+}
+
+/// The final θ of this block's (b, h) from the THETA region.
+#[inline(always)]
+unsafe fn write_final_theta(prm: &ForwardParams, bk: &Blk) {
+    let bh = bk.b * bk.heads + bk.h;
+    // SAFETY: (b, h, angle) inside the final θ of the launch contract; the THETA region.
+    unsafe {
+        if prm.final_theta != 0 && bk.tid < NA {
+            let th = stored_f32(ld_shared_f64(bk.base + L::THETA + 8 * bk.tid));
+            stg(prm.final_theta, bh * NA as usize + bk.tid as usize, th);
         }
     }
 }
@@ -1822,7 +1835,9 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
         let mut state = load_state_tile(&bk, prm.init_ssm, state_at(&bk));
         wait_group::<0>();
         sync_threads();
-        let mut s1 = unit_increments(&bk, len, scalars, 0);
+        let s1 = unit_increments(&bk, len, scalars, 0);
+        sync_threads();
+        phase_angles_weights::<Bf16Regions, false>(&bk, len, s1.0, s1.1, 0);
         let mut bank = 0u32;
         loop {
             // Re-derived each unit: the lane addresses formed from a base held through the loop
@@ -1831,8 +1846,6 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             bk.tid = fresh_u32(tid);
             bk.warp = bk.tid / 32;
             bk.lane = bk.tid % 32;
-            sync_threads();
-            phase_angles_weights::<Bf16Regions, false>(&bk, len, s1.0, s1.1, bank);
             sync_threads();
             if half_split {
                 phase_rotate::<false, true, false>(&bk, len, bank, &rp, cs_at);
@@ -1882,10 +1895,15 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             );
             // The next unit's phase S1 beside this unit's state pass (as the multi-chunk kernel
             // runs the next chunk's): its TOT and scalar bank are free, its inputs arrived.
-            if has_next {
-                s1 = unit_increments(&next, len, scalars, bank ^ 1);
-            }
+            let s1 = if has_next {
+                unit_increments(&next, len, scalars, bank ^ 1)
+            } else {
+                (0.0, [0.0; 4])
+            };
             phase_state::<false>(&bk, len, bank, &mut state);
+            // θ before the barrier: the next unit's angle phase, right after this unit's final
+            // states with no barrier between them, overwrites the THETA region.
+            write_final_theta(prm, &bk);
             wait_group::<0>();
             sync_threads();
             write_final_states::<true>(prm, &bk, len, bank, &state);
@@ -1895,6 +1913,9 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             state = load_state_tile(&next, prm.init_ssm, state_at(&next));
             bk = next;
             bank ^= 1;
+            // Its inputs (TOT, the scalar bank) were formed before the barrier above; the
+            // regions it writes (CS, WT, THETA) are no longer read by this unit.
+            phase_angles_weights::<Bf16Regions, false>(&bk, len, s1.0, s1.1, bank);
         }
     }
 }
