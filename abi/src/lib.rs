@@ -607,25 +607,6 @@ pub mod forward_tf32_smem {
     pub const IDENT: u32 = WT + 2 * 16 * 16 * 4;
     /// Total dynamic shared memory (two blocks fit one H100/H200 SM).
     pub const BYTES: u32 = IDENT + 16;
-    /// k̂₀ of the caller's initial state `(R, N)` bf16 (the batch-walking short-call kernel
-    /// only, `forward_mma_units_*`: it holds a unit's k̂₀ from its loads, issued during the
-    /// previous unit, to its trapezoidal term after the rotation).
-    pub const K0: u32 = BYTES;
-    /// The initial raw v `(P)` bf16 of the same unit (batch-walking kernel only).
-    pub const V0: u32 = K0 + 4 * 128 * 2;
-    /// `ε₀ = Δ₀(1 − σ(trap₀))` of the unit, f32 (batch-walking kernel only).
-    pub const EPS0: u32 = V0 + 64 * 2;
-    /// θ₀ `(Na)` f32 of the unit (batch-walking kernel only).
-    pub const THETA0: u32 = EPS0 + 16;
-    /// 16 zero bytes, the `ldmatrix` rows past R of k̂₀ (batch-walking kernel only).
-    pub const ZERO: u32 = THETA0 + 32 * 4;
-    /// Dynamic shared memory of the batch-walking short-call kernel (still two blocks per SM).
-    pub const UNITS_BYTES: u32 = ZERO + 16;
-    /// The unit's angle logits `(16 times, 32 angles)` f32 in the batch-walking kernel, staged in
-    /// the CS region (free from the previous unit's rotation to this unit's angle phase).
-    pub const LOGITS: u32 = CS;
-    /// The unit's Δ `(16 times)` f32 in the batch-walking kernel, after the logits.
-    pub const DTS: u32 = CS + 16 * 32 * 4;
 }
 
 /// Parameters of one chunked forward call (spec §2.2) over `seq_len` tokens from a zero state, or
