@@ -1070,7 +1070,7 @@ fn step_chunked<X: Activation>(
         guards: Vec::with_capacity(21),
     };
     let d = decode_params(&mut ptrs, state, weights, inputs, out, tokens, 0);
-    let params = ForwardParams {
+    let mut params = ForwardParams {
         q: d.q,
         k: d.k,
         v: d.v,
@@ -1098,7 +1098,6 @@ fn step_chunked<X: Activation>(
         ..config.scalar_params(staged)
     };
     let (mut kernel, _, mut cfg) = forward::launch_plan(gpu, &config, &params, 1, smem)?;
-    let mut params = params;
     forward::walk_batch(gpu, &config, &mut params, &mut kernel, &mut cfg);
     let args = ForwardArgs(params);
     let mut launch = gpu.launch(stream, kernel)?;
@@ -1108,8 +1107,8 @@ fn step_chunked<X: Activation>(
     // S = T; one segment, so each block reads its (b, h) of the state before writing it back
     // (the in-place contract of `ForwardParams::init_theta`); `launch_plan` gave the kernel's
     // launch shape and checked the tensor-core kernel's alignment and shared memory, and
-    // `walk_batch` the batch-walking kernel's (grid (H, unit_stride), init_v alignment, its
-    // shared memory).
+    // `walk_batch` the batch-walking kernel's (grid (H, unit_stride), the alignment of its
+    // staged views, its shared memory).
     let launched = unsafe { launch.run(cfg) };
     drop(ptrs);
     launched

@@ -106,8 +106,8 @@ pub enum Kernel {
     ForwardMmaShortBf16R4N128P64Na32C16,
     /// The short-call instantiation walking the batch: each block runs the (b, h) units of
     /// its head for every `unit_stride`-th batch row, a unit's loads issued during the previous
-    /// unit (a decode call of a few tokens whose units outnumber the resident blocks), bf16, R=4,
-    /// N=128, P=64, Na=32, C=16.
+    /// unit (a decode call of fewer than C tokens from its state), bf16, R=4, N=128, P=64, Na=32,
+    /// C=16.
     ForwardMmaUnitsBf16R4N128P64Na32C16,
     /// Segment-state pass of the split tensor-core forward, bf16, R=4, N=128, P=64, Na=32, C=16.
     SegmentStateMmaBf16R4N128P64Na32C16,
@@ -519,8 +519,8 @@ pub struct FixedForward {
     pub tensor_core_short: Option<Kernel>,
     /// The short-call instantiation that walks the batch
     /// ([`Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16`]): a decode call of fewer than C tokens
-    /// from its state whose (b, h) units outnumber the resident blocks runs a grid of resident
-    /// blocks, each loading its next unit while it computes the current one.
+    /// from its state runs one wave of blocks, each walking the batch rows of its head and
+    /// loading its next unit while it computes the current one.
     pub tensor_core_units: Option<Kernel>,
 }
 

@@ -1243,7 +1243,6 @@ unsafe fn write_final_states<const WIDE: bool>(
             store_state_tile(bk, prm.final_ssm, bh * (P * N) as usize, state);
         }
         if WIDE {
-            let bh = bk.b * bk.heads + bk.h;
             if prm.final_k != 0 && bk.tid < R * N / 8 {
                 let (r, piece) = (bk.tid / 16, bk.tid % 16);
                 let rho = 4 * (last_len - 1) + r;
@@ -1786,8 +1785,7 @@ unsafe fn add_staged_trapezoid_mma(prm: &ForwardParams, bk: &Blk, state: &mut [[
 /// The module's launch contract with grid `(H, unit_stride)`, `unit_stride ≤ B`, `S < C`, one
 /// segment, the `init_*` pointers set (the initial and final states may be the same buffers;
 /// `init_v`, `init_theta`, the angle logits, `final_k` and `final_v` 16-byte aligned) and
-/// dynamic shared memory
-/// [`L::UNITS_BYTES`].
+/// dynamic shared memory [`L::UNITS_BYTES`].
 #[inline(always)]
 pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
@@ -1966,8 +1964,8 @@ pub unsafe extern "ptx-kernel" fn forward_mma_short_bf16_r4_n128_p64_na32_c16(
 }
 
 /// The batch-walking short-call forward (see [`chunked_forward_mma_units`]), bf16, R = 4,
-/// N = 128, P = 64, Na = 32, C = 16: a decode call of a few tokens at a batch whose (b, h) units
-/// outnumber the resident blocks.
+/// N = 128, P = 64, Na = 32, C = 16: a decode call of fewer than C tokens from its state (with
+/// one wave of blocks at any batch; at a stride of B each block runs one unit).
 ///
 /// # Safety
 /// The launch contract of [`chunked_forward_mma_units`].
