@@ -644,8 +644,8 @@ pub fn unit_stride(config: &ForwardConfig, sm_count: usize) -> usize {
 /// Turns the launch of `launch_plan`'s short-call tensor-core kernel (`kernel`, `cfg`) of a call
 /// from an initial state into the batch-walking kernel's (grid `(H, unit_stride)`, its shared
 /// memory, `params.unit_stride` set), where that kernel exists for `config` and its contract
-/// holds (16-byte aligned `init_v`, `init_theta`, angle logits, `final_k` and `final_v`, its
-/// shared memory within the GPU's opt-in limit); else leaves them as they are.
+/// holds (16-byte aligned `init_v`, `init_theta`, angle logits, `final_ssm`, `final_k` and
+/// `final_v`, its shared memory within the GPU's opt-in limit); else leaves them as they are.
 pub(crate) fn walk_batch(
     gpu: &Gpu,
     config: &ForwardConfig,
@@ -661,6 +661,7 @@ pub(crate) fn walk_batch(
         params.init_v,
         params.init_theta,
         params.angles,
+        params.final_ssm,
         params.final_k,
         params.final_v,
     ]

@@ -177,31 +177,6 @@ pub(crate) unsafe fn prefetch<X: Elem>(
     c0: u32,
     len: u32,
 ) -> Prefetch {
-    // SAFETY: forwarded to the caller.
-    unsafe { prefetch_parts::<X, true>(prm, bk, c0, len) }
-}
-
-/// [`Prefetch::scalars`] of chunk `[c0, c0 + len)` alone (the batch-walking kernel stages the
-/// angle logits and Δ in shared memory instead).
-#[inline(always)]
-unsafe fn token_scalar_inputs<X: Elem>(
-    prm: &ForwardParams,
-    bk: &Blk,
-    c0: u32,
-    len: u32,
-) -> [f32; 3] {
-    // SAFETY: forwarded to the caller.
-    unsafe { prefetch_parts::<X, false>(prm, bk, c0, len).scalars }
-}
-
-/// [`prefetch`], the angle logits and their Δ only when `LOGITS`.
-#[inline(always)]
-unsafe fn prefetch_parts<X: Elem, const LOGITS: bool>(
-    prm: &ForwardParams,
-    bk: &Blk,
-    c0: u32,
-    len: u32,
-) -> Prefetch {
     let mut pf = Prefetch {
         scalars: [0.0; 3],
         logits: [0.0; 4],
@@ -220,7 +195,7 @@ unsafe fn prefetch_parts<X: Elem, const LOGITS: bool>(
         }
         for u in 0..4 {
             let i = 4 * bk.warp + u as u32;
-            if LOGITS && i < len {
+            if i < len {
                 let t = c0 as usize + i as usize;
                 pf.logits[u] = ldg(
                     prm.angles,
@@ -231,6 +206,43 @@ unsafe fn prefetch_parts<X: Elem, const LOGITS: bool>(
         }
     }
     pf
+}
+
+/// The token scalar inputs of a batch-walking unit (warp 0, lane u ≤ 16: token u's adt (u <
+/// len), Δ and trap logit, zeros past S), the trap logit as its raw bf16 bits: widened where phase
+/// S1 uses it ([`UnitScalars::widen`]), so that no warp waits for these loads where they are
+/// issued (the angle-logit staging and the rows' copies of the next unit go out beside them).
+#[derive(Clone, Copy, Default)]
+struct UnitScalars {
+    adt: f32,
+    dt: f32,
+    trap: <Bf16 as Elem>::Raw,
+}
+
+impl UnitScalars {
+    /// `[adt, Δ, trap logit]` as [`Prefetch::scalars`] holds them.
+    #[inline(always)]
+    fn widen(self) -> [f32; 3] {
+        [self.adt, self.dt, Bf16::widen(self.trap)]
+    }
+}
+
+/// Loads the [`UnitScalars`] of the unit of `bk` (tokens `[0, len)`).
+#[inline(always)]
+unsafe fn token_scalar_inputs(prm: &ForwardParams, bk: &Blk, len: u32) -> UnitScalars {
+    let mut sc = UnitScalars::default();
+    let t = bk.lane as usize;
+    // SAFETY: token indices checked against the sequence; (B,H,S) tensors of the launch contract.
+    unsafe {
+        if bk.warp == 0 && bk.lane <= C && t < bk.s_len {
+            if bk.lane < len {
+                sc.adt = ldg(prm.adt, bk.row + t);
+            }
+            sc.dt = ldg(prm.dt, bk.row + t);
+            sc.trap = Bf16::load_raw(prm.trap, bk.row + t);
+        }
+    }
+    sc
 }
 
 /// Issues the `cp.async` copies of chunk `[c0, c0 + len)`'s raw q and k rows into the staging
@@ -1133,6 +1145,50 @@ pub(crate) unsafe fn store_state_tile(bk: &Blk, base: u64, at: usize, state: &[[
     }
 }
 
+/// Bytes per row of a warp's staging rows in [`store_state_tile_staged`]: 128 f32 and 32 bytes
+/// of padding, so that the 8-byte stores of a half warp (four rows, four column pairs) fall on 32
+/// distinct banks.
+const STATE_STAGE_STRIDE: u32 = 4 * N + 32;
+
+/// [`store_state_tile`] in 16-byte pieces: each warp stages its 16 state rows in its own
+/// `16 × STATE_STAGE_STRIDE` bytes of the q̂ tile (warps 0–1) or the x, x_w and score tiles
+/// (warps 2–3), then copies whole rows out. The accumulators are free as soon as their 8-byte
+/// shared stores have read them, rather than when the global stores drain (the next unit's state
+/// loads into them waited on that), and the global stores are half as many. The caller's
+/// contract: no thread reads those tiles until the next barrier (the final k̂ lives in the k̂ tile,
+/// which the staging does not touch).
+#[inline(always)]
+unsafe fn store_state_tile_staged(bk: &Blk, base: u64, at: usize, state: &[[f32; 4]; 16]) {
+    let (w, lane) = (bk.warp, bk.lane);
+    let stage = if w < 2 {
+        bk.base + L::Q + w * 16 * STATE_STAGE_STRIDE
+    } else {
+        bk.base + L::X + (w - 2) * 16 * STATE_STAGE_STRIDE
+    };
+    // SAFETY (whole body): the warp's staging rows lie inside the Q tile (warps 0–1) or the X, XW
+    // and W tiles (warps 2–3: 2 × 8.5 KB within their 27 KB); `base + at` is the (P,N) f32 tile
+    // of the launch contract, 16-byte aligned.
+    unsafe {
+        let (g, t4) = (lane / 4, lane % 4);
+        for (nt, st) in state.iter().enumerate() {
+            let col = 8 * nt as u32 + 2 * t4;
+            for half in 0..2u32 {
+                let s = 2 * half as usize;
+                st_shared_v2_f32(
+                    stage + (g + 8 * half) * STATE_STAGE_STRIDE + 4 * col,
+                    [st[s], st[s + 1]],
+                );
+            }
+        }
+        sync_warp();
+        for row in 0..16u32 {
+            let v = ld_shared_v4_f32(stage + row * STATE_STAGE_STRIDE + 16 * lane);
+            let e = at + ((16 * w + row) * N + 4 * lane) as usize;
+            st_global_v4_f32(base + 4 * e as u64, v);
+        }
+    }
+}
+
 /// Copies k̂₀ of the caller's initial state (`(R,N)` bf16 of this (b, h), 1 KB) into the score
 /// weight region, which is free until the first chunk's weights (one 16-byte `cp.async` for each
 /// of the first 64 threads; [`add_initial_trapezoid`] reads it after the first barrier).
@@ -1222,15 +1278,16 @@ unsafe fn add_initial_trapezoid(bk: &Blk, u: &[[f32; R as usize]; 2], state: &mu
 
 /// Final θ, SSM state, last k̂ and last raw v (the block that ends at S; `bank` is its last
 /// chunk's, whose raw v rows are still staged). `WIDE`: k̂ and v in 16-byte pieces (`final_k`
-/// and `final_v` 16-byte aligned), else element by element; θ not at all (the caller writes it,
-/// see [`write_final_theta`]).
+/// and `final_v` 16-byte aligned), the state too when `staged` (through shared memory, see
+/// [`store_state_tile_staged`]; `final_ssm` 16-byte aligned), else element by element; θ not at
+/// all (the caller writes it, see [`write_final_theta`]).
 #[inline(always)]
 unsafe fn write_final_states<const WIDE: bool>(
     prm: &ForwardParams,
     bk: &Blk,
-    last_len: u32,
-    bank: u32,
+    (last_len, bank): (u32, u32),
     state: &[[f32; 4]; 16],
+    staged: bool,
 ) {
     let bh = bk.b * bk.heads + bk.h;
     // SAFETY (whole body): indices inside the final-state tensors of the launch contract, the
@@ -1240,7 +1297,11 @@ unsafe fn write_final_states<const WIDE: bool>(
             write_final_theta(prm, bk);
         }
         if prm.final_ssm != 0 {
-            store_state_tile(bk, prm.final_ssm, bh * (P * N) as usize, state);
+            if WIDE && staged {
+                store_state_tile_staged(bk, prm.final_ssm, bh * (P * N) as usize, state);
+            } else {
+                store_state_tile(bk, prm.final_ssm, bh * (P * N) as usize, state);
+            }
         }
         if WIDE {
             if prm.final_k != 0 && bk.tid < R * N / 8 {
@@ -1634,7 +1695,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
                 base: smem_base_fresh(),
                 ..bk
             };
-            write_final_states::<false>(prm, &bk, last_len, bank ^ 1, &state);
+            write_final_states::<false>(prm, &bk, (last_len, bank ^ 1), &state, false);
         }
     }
 }
@@ -1722,10 +1783,10 @@ unsafe fn stage_initial_v(prm: &ForwardParams, bk: &Blk) {
 /// B comes through `ldmatrix .trans` with the rows k ≥ R pointed at [`L::ZERO`]. 16 `mma` in
 /// place of 256 FMA and 64 shared loads per thread.
 #[inline(always)]
-unsafe fn add_staged_trapezoid_mma(prm: &ForwardParams, bk: &Blk, state: &mut [[f32; 4]; 16]) {
+unsafe fn add_staged_trapezoid_mma(bk: &Blk, mimo_v: &[[f32; 2]; 2], state: &mut [[f32; 4]; 16]) {
     let (lane, t4) = (bk.lane, bk.lane % 4);
     // SAFETY (whole body): rows < P inside V0, EPS0, k̂₀ rows < R inside K0 and the zero row
-    // (the caller's contract: all written before a barrier); (h, r, p) inside mimo_v.
+    // (the caller's contract: all written before a barrier).
     unsafe {
         let a = if t4 < R / 2 {
             let eps = ld_shared_f32(bk.base + L::EPS0);
@@ -1738,13 +1799,10 @@ unsafe fn add_staged_trapezoid_mma(prm: &ForwardParams, bk: &Blk, state: &mut [[
                     hi
                 }
             });
-            let weight = |i: usize, r: u32| {
-                let at = (bk.h * R as usize + r as usize) * P as usize + rows[i];
-                eps * v0[i] * ldg(prm.mimo_v, at)
-            };
+            let weight = |i: usize, e: usize| eps * v0[i] * mimo_v[i][e];
             [
-                pack_bf16x2(weight(0, 2 * t4), weight(0, 2 * t4 + 1)),
-                pack_bf16x2(weight(1, 2 * t4), weight(1, 2 * t4 + 1)),
+                pack_bf16x2(weight(0, 0), weight(0, 1)),
+                pack_bf16x2(weight(1, 0), weight(1, 1)),
                 0,
                 0,
             ]
@@ -1766,6 +1824,27 @@ unsafe fn add_staged_trapezoid_mma(prm: &ForwardParams, bk: &Blk, state: &mut [[
     }
 }
 
+/// The `mimo_v_r[p]` factors of this thread's A elements in [`add_staged_trapezoid_mma`] (rows
+/// `p` of [`initial_v_rows`], ranks `r = 2(lane mod 4) + e`; zero on the lanes whose A elements
+/// are the zero ranks k ≥ R): the head's, the same for every unit, loaded once per block rather
+/// than at each unit's trapezoid (where the loads' latency was waited out).
+#[inline(always)]
+unsafe fn trapezoid_mimo_v(prm: &ForwardParams, bk: &Blk) -> [[f32; 2]; 2] {
+    let t4 = bk.lane % 4;
+    let mut mv = [[0.0f32; 2]; 2];
+    if t4 < R / 2 {
+        let rows = initial_v_rows(bk);
+        for (i, row) in mv.iter_mut().enumerate() {
+            for (e, x) in row.iter_mut().enumerate() {
+                let r = 2 * t4 as usize + e;
+                // SAFETY: (h, r, p) inside the (H,R,P) mimo_v of the launch contract.
+                *x = unsafe { ldg(prm.mimo_v, (bk.h * R as usize + r) * P as usize + rows[i]) };
+            }
+        }
+    }
+    mv
+}
+
 /// The batch-walking short-call forward: block `(h, y)` runs the units `(b, h)` for
 /// `b = y, y + unit_stride, …` in turn, each a call of `S < C` tokens from its initial state
 /// (a decode step of a few tokens, `init_*` set, one segment), as
@@ -1784,7 +1863,7 @@ unsafe fn add_staged_trapezoid_mma(prm: &ForwardParams, bk: &Blk, state: &mut [[
 /// # Safety
 /// The module's launch contract with grid `(H, unit_stride)`, `unit_stride ≤ B`, `S < C`, one
 /// segment, the `init_*` pointers set (the initial and final states may be the same buffers;
-/// `init_v`, `init_theta`, the angle logits, `final_k` and `final_v` 16-byte aligned) and
+/// `init_v`, `init_theta`, the angle logits, `final_ssm`, `final_k` and `final_v` 16-byte aligned) and
 /// dynamic shared memory [`L::UNITS_BYTES`].
 #[inline(always)]
 pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
@@ -1824,12 +1903,13 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             st_shared_v4_f32(bk.base + L::ZERO, [0.0; 4]);
         }
         let cp = column_params(prm, &bk);
+        let trap_mimo_v = trapezoid_mimo_v(prm, &bk);
         stage_chunk::<false>(prm, &bk, 0, len, 0);
         stage_unit_angles(prm, &bk, len);
         stage_initial_k_at(prm, &bk, L::K0);
         stage_initial_v(prm, &bk);
         commit_group();
-        let mut scalars = token_scalar_inputs::<Bf16>(prm, &bk, 0, len);
+        let mut scalars = token_scalar_inputs(prm, &bk, len);
         let mut state = load_state_tile(&bk, prm.init_ssm, state_at(&bk));
         wait_group::<0>();
         sync_threads();
@@ -1868,9 +1948,9 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             }
             commit_group();
             if has_next {
-                scalars = token_scalar_inputs::<Bf16>(prm, &next, 0, len);
+                scalars = token_scalar_inputs(prm, &next, len);
             }
-            add_staged_trapezoid_mma(prm, &bk, &mut state);
+            add_staged_trapezoid_mma(&bk, &trap_mimo_v, &mut state);
             let mut y = phase_scores_inter::<false>(&bk, len, bank, &state);
             wait_group::<1>();
             sync_threads();
@@ -1904,7 +1984,9 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             write_final_theta(prm, &bk);
             wait_group::<0>();
             sync_threads();
-            write_final_states::<true>(prm, &bk, len, bank, &state);
+            // Staged when the next unit's state loads follow (they reuse the accumulators); a
+            // block's last unit stores straight from them (batch 1: 10.6 against 11.0 µs).
+            write_final_states::<true>(prm, &bk, (len, bank), &state, has_next);
             if !has_next {
                 break;
             }
@@ -1922,9 +2004,10 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
 /// scalars and its staged angle inputs, and its `ε₀` into [`L::EPS0`] (warp 0's lane 0 holds
 /// token 0's Δ and trap logit; formed as `load_initial_state` forms it).
 #[inline(always)]
-unsafe fn unit_increments(bk: &Blk, len: u32, scalars: [f32; 3], bank: u32) -> (f64, [f64; 4]) {
+unsafe fn unit_increments(bk: &Blk, len: u32, scalars: UnitScalars, bank: u32) -> (f64, [f64; 4]) {
     // SAFETY: the staged inputs arrived before a barrier (the caller's contract); EPS0 is free.
     unsafe {
+        let scalars = scalars.widen();
         let (pf, theta0) = staged_unit_inputs(bk, scalars);
         let s1 = phase_increments_from::<Bf16Regions>(bk, len, &pf, bank, theta0);
         if bk.tid == 0 {
