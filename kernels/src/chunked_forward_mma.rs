@@ -227,7 +227,10 @@ impl UnitScalars {
     }
 }
 
-/// Loads the [`UnitScalars`] of the unit of `bk` (tokens `[0, len)`).
+/// Loads the [`UnitScalars`] of the unit of `bk` (tokens `[0, len)`): the scalar loads of
+/// [`prefetch`] with the trap logit left raw. A near-copy on purpose: routing `prefetch` through
+/// this loader and its widening changes the chunk loop's control flow in the full-chunk kernels
+/// (one more predicate, moved blocks in their PTX), whose timing was not re-measured.
 #[inline(always)]
 unsafe fn token_scalar_inputs(prm: &ForwardParams, bk: &Blk, len: u32) -> UnitScalars {
     let mut sc = UnitScalars::default();
@@ -1863,8 +1866,8 @@ unsafe fn trapezoid_mimo_v(prm: &ForwardParams, bk: &Blk) -> [[f32; 2]; 2] {
 /// # Safety
 /// The module's launch contract with grid `(H, unit_stride)`, `unit_stride ≤ B`, `S < C`, one
 /// segment, the `init_*` pointers set (the initial and final states may be the same buffers;
-/// `init_v`, `init_theta`, the angle logits, `final_ssm`, `final_k` and `final_v` 16-byte aligned) and
-/// dynamic shared memory [`L::UNITS_BYTES`].
+/// `init_v`, `init_theta`, the angle logits, `final_ssm`, `final_k` and `final_v` 16-byte
+/// aligned) and dynamic shared memory [`L::UNITS_BYTES`].
 #[inline(always)]
 pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
