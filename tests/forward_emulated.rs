@@ -920,7 +920,9 @@ fn emulated_kernels_continue_from_an_initial_state() {
 /// block walking the batch rows of its head) against the golden step recurrence, and bitwise
 /// against itself with one unit per block (stride B: no unit's inputs loaded during another's):
 /// strides that leave one, two and three units to a block (both staging banks, a last block with
-/// fewer units), GQA, both rotations, every output mode, with and without z and D.
+/// fewer units), calls of 3, 6, 8, 11 and 15 tokens (one to four 16-row tiles, whose score tiles
+/// the warps share out differently), GQA, both rotations, every output mode, with and without z
+/// and D.
 #[test]
 fn emulated_batch_walking_short_kernel_matches_golden_at_every_stride() {
     use OutputMode::*;
@@ -948,6 +950,12 @@ fn emulated_batch_walking_short_kernel_matches_golden_at_every_stride() {
             geo(3, 9, 4, 1, 2, 128, 64, 32),
             3,
             opts(Pairwise, Gated, true, true),
+            2,
+        ),
+        (
+            geo(3, 12, 4, 1, 1, 128, 64, 32),
+            1,
+            opts(HalfSplit, Gated, false, true),
             2,
         ),
     ];

@@ -665,10 +665,14 @@ fn a_addr(tile: u32, stride: u32, row0: u32, col0: u32, lane: u32) -> u32 {
     tile + (row0 + lane % 16) * stride + 2 * (col0 + 8 * (lane / 16))
 }
 
-/// Phase M1: weighted scores of the warp's 16 rows into the W tile, then the inter-chunk outputs
-/// `exp(A_i)·q̂·Hᵀ` of the warp's 16 columns (all 64 rows).
+/// Phase M1: weighted scores into the W tile, then the inter-chunk outputs `exp(A_i)·q̂·Hᵀ` of
+/// the warp's 16 columns (all 64 rows). The scores go by row tile (warp w those of row tile w up
+/// to the diagonal, so that warp 3 of a full chunk does four times warp 0's products) or, in the
+/// short-call kernels (`SPREAD`), spread over the warps (see [`scores_spread`]). The multi-chunk
+/// kernels keep the row tiles for their last, short chunk too: spread there, ptxas spills 4–8 B
+/// of those 255-register kernels on sm_90.
 #[inline(always)]
-unsafe fn phase_scores_inter<const FULL: bool>(
+unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool>(
     bk: &Blk,
     len: u32,
     bank: u32,
@@ -681,51 +685,55 @@ unsafe fn phase_scores_inter<const FULL: bool>(
     let k_tile = bk.base + L::K;
     // SAFETY (whole body): tile addresses inside the Q, K, W, WT and SCAL regions.
     unsafe {
-        let mut sc = [[0.0f32; 4]; 8];
-        // A warp whose rows lie past the chunk has no scores to form (nor does anyone read its
-        // rows of the W tile).
-        let scores = w < tiles;
-        for kk in 0..8u32 {
-            let a = if scores {
-                ldmatrix_x4(a_addr(q_tile, L::QK_STRIDE, 16 * w, 16 * kk, lane))
-            } else {
-                [0; 4]
-            };
-            for jj in 0..4u32 {
-                if scores && jj <= w {
-                    let row = 16 * jj + lane % 8 + 8 * (lane / 16);
-                    let col = 16 * kk + 8 * ((lane / 8) % 2);
-                    let b = ldmatrix_x4(k_tile + row * L::QK_STRIDE + 2 * col);
-                    mma_m16n8k16_bf16_f32(&mut sc[2 * jj as usize], a, [b[0], b[1]]);
-                    mma_m16n8k16_bf16_f32(&mut sc[2 * jj as usize + 1], a, [b[2], b[3]]);
+        if SPREAD {
+            scores_spread(bk, tiles);
+        } else {
+            let mut sc = [[0.0f32; 4]; 8];
+            // A warp whose rows lie past the chunk has no scores to form (nor does anyone read its
+            // rows of the W tile).
+            let scores = w < tiles;
+            for kk in 0..8u32 {
+                let a = if scores {
+                    ldmatrix_x4(a_addr(q_tile, L::QK_STRIDE, 16 * w, 16 * kk, lane))
+                } else {
+                    [0; 4]
+                };
+                for jj in 0..4u32 {
+                    if scores && jj <= w {
+                        let row = 16 * jj + lane % 8 + 8 * (lane / 16);
+                        let col = 16 * kk + 8 * ((lane / 8) % 2);
+                        let b = ldmatrix_x4(k_tile + row * L::QK_STRIDE + 2 * col);
+                        mma_m16n8k16_bf16_f32(&mut sc[2 * jj as usize], a, [b[0], b[1]]);
+                        mma_m16n8k16_bf16_f32(&mut sc[2 * jj as usize + 1], a, [b[2], b[3]]);
+                    }
+                }
+            }
+            // Weights four tiles at a time, loaded before those tiles' stores (a store would
+            // otherwise hold each next load back, see `phase_rotate`); every address lies inside
+            // the (16, 16) weights. The row index goes through an opaque move so that the 16
+            // addresses are formed here each chunk rather than hoisted out of the chunk loop.
+            let ia = opaque_u32(4 * w + g / 4);
+            for half in 0..2u32 {
+                let mut weights = [[0.0f32; 2]; 4];
+                for (d, wt) in weights.iter_mut().enumerate() {
+                    let ip = 2 * (4 * half + d as u32) + t4 / 2;
+                    *wt = [
+                        ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip)),
+                        ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip)),
+                    ];
+                }
+                for (d, &[wa, wb]) in weights.iter().enumerate() {
+                    let jt = 4 * half + d as u32;
+                    let s = &sc[jt as usize];
+                    if scores && jt < 2 * w + 2 {
+                        let at =
+                            bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
+                        st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
+                        st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+                    }
                 }
             }
         }
-        // Weights four tiles at a time, loaded before those tiles' stores (a store would
-        // otherwise hold each next load back, see `phase_rotate`); every address lies inside the
-        // (16, 16) weights. The row index goes through an opaque move so that the 16 addresses
-        // are formed here each chunk rather than hoisted out of the chunk loop and held.
-        let ia = opaque_u32(4 * w + g / 4);
-        for half in 0..2u32 {
-            let mut weights = [[0.0f32; 2]; 4];
-            for (d, wt) in weights.iter_mut().enumerate() {
-                let ip = 2 * (4 * half + d as u32) + t4 / 2;
-                *wt = [
-                    ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip)),
-                    ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip)),
-                ];
-            }
-            for (d, &[wa, wb]) in weights.iter().enumerate() {
-                let jt = 4 * half + d as u32;
-                let s = &sc[jt as usize];
-                if scores && jt < 2 * w + 2 {
-                    let at = bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
-                    st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
-                    st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
-                }
-            }
-        }
-
         let mut y = [[[0.0f32; 4]; 2]; 4];
         for kk in 0..8usize {
             let (s0, s1) = (&state[2 * kk], &state[2 * kk + 1]);
@@ -757,6 +765,90 @@ unsafe fn phase_scores_inter<const FULL: bool>(
             }
         }
         y
+    }
+}
+
+/// Score items of a warp in [`scores_spread`]: the most n8 tiles one warp forms (⌈20 / 4⌉).
+const SCORE_ITEMS: u32 = 5;
+
+/// The row tile of score item `i` (items enumerated row tile by row tile, row tile m holding
+/// the 2m + 2 n8 tiles on or below the diagonal, so m(m + 1) items precede it).
+#[inline(always)]
+fn score_item_row_tile(i: u32) -> u32 {
+    (i >= 2) as u32 + (i >= 6) as u32 + (i >= 12) as u32
+}
+
+/// Phase M1's weighted scores of a short chunk (`tiles` 16-row tiles): the `tiles·(tiles + 1)`
+/// n8 tiles on or below the diagonal, dealt to the four warps in runs of ⌈items / 4⌉ (at four
+/// tiles five each, where the row tiles give warp 3 eight; at two tiles, a decode call of 5–8
+/// tokens, two each, where the row tiles give warp 1 four and warps 2–3 none). A run covers at
+/// most two row tiles, and only from three tiles on. Items past the last are clamped onto it
+/// and not stored, so that every branch around the warp-wide `ldmatrix`/`mma` depends on the
+/// tile count alone (uniform across the block: no divergence handling around them).
+#[inline(always)]
+unsafe fn scores_spread(bk: &Blk, tiles: u32) {
+    let lane = bk.lane;
+    let (g, t4) = (lane / 4, lane % 4);
+    let items = tiles * (tiles + 1);
+    let per = items.div_ceil(4);
+    // Through an opaque move: formed here each chunk, not hoisted out of a unit loop and held.
+    let first = opaque_u32(bk.warp) * per;
+    let mt0 = score_item_row_tile(first.min(items - 1));
+    let q_tile = bk.base + L::Q;
+    let k_tile = bk.base + L::K;
+    let mut item = [(0u32, 0u32, false); SCORE_ITEMS as usize];
+    for (j, it) in item.iter_mut().enumerate() {
+        let i = (first + j as u32).min(items - 1);
+        let mt = score_item_row_tile(i);
+        *it = (mt, i - mt * (mt + 1), mt != mt0);
+    }
+    // SAFETY (whole body): tile addresses inside the Q, K, W and WT regions (row tiles < 4,
+    // n8 tiles < 8).
+    unsafe {
+        let mut sc = [[0.0f32; 4]; SCORE_ITEMS as usize];
+        for kp in 0..4u32 {
+            let mut a_lo = [[0u32; 4]; 2];
+            let mut a_hi = [[0u32; 4]; 2];
+            for e in 0..2u32 {
+                let col = 32 * kp + 16 * e;
+                a_lo[e as usize] = ldmatrix_x4(a_addr(q_tile, L::QK_STRIDE, 16 * mt0, col, lane));
+                if per > 2 {
+                    let mt1 = (mt0 + 1).min(3);
+                    a_hi[e as usize] =
+                        ldmatrix_x4(a_addr(q_tile, L::QK_STRIDE, 16 * mt1, col, lane));
+                }
+            }
+            for (j, &(_, jt, hi)) in item.iter().enumerate() {
+                if (j as u32) < per {
+                    // Matrix m of the x4 load: rows 8jt.., depth columns 32kp + 8m: the B
+                    // fragments of depth steps 2kp (m = 0, 1) and 2kp + 1 (m = 2, 3).
+                    let row = 8 * jt + lane % 8;
+                    let b =
+                        ldmatrix_x4(k_tile + row * L::QK_STRIDE + 2 * (32 * kp + 8 * (lane / 8)));
+                    for e in 0..2usize {
+                        let a = if hi { a_hi[e] } else { a_lo[e] };
+                        mma_m16n8k16_bf16_f32(&mut sc[j], a, [b[2 * e], b[2 * e + 1]]);
+                    }
+                }
+            }
+        }
+        // Every weight loaded before the first store (see `phase_scores_inter`).
+        let mut weights = [[0.0f32; 2]; SCORE_ITEMS as usize];
+        for (wt, &(mt, jt, _)) in weights.iter_mut().zip(item.iter()) {
+            let (ia, ip) = (4 * mt + g / 4, 2 * jt + t4 / 2);
+            *wt = [
+                ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip)),
+                ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip)),
+            ];
+        }
+        for (j, (&[wa, wb], &(mt, jt, _))) in weights.iter().zip(item.iter()).enumerate() {
+            if (j as u32) < per && first + (j as u32) < items {
+                let s = &sc[j];
+                let at = bk.base + L::W + (16 * mt + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
+                st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
+                st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+            }
+        }
     }
 }
 
@@ -1648,9 +1740,9 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
                 decay *= ld_shared_f32(scal(&bk, bank, S_EXPA, len - 1));
             } else {
                 let mut y = if full {
-                    phase_scores_inter::<true>(&bk, len, bank, &state)
+                    phase_scores_inter::<true, false>(&bk, len, bank, &state)
                 } else {
-                    phase_scores_inter::<false>(&bk, len, bank, &state)
+                    phase_scores_inter::<false, SHORT>(&bk, len, bank, &state)
                 };
                 sync_threads();
                 if full {
@@ -1954,7 +2046,7 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
                 scalars = token_scalar_inputs(prm, &next, len);
             }
             add_staged_trapezoid_mma(&bk, &trap_mimo_v, &mut state);
-            let mut y = phase_scores_inter::<false>(&bk, len, bank, &state);
+            let mut y = phase_scores_inter::<false, true>(&bk, len, bank, &state);
             wait_group::<1>();
             sync_threads();
             if has_next {
