@@ -132,6 +132,58 @@ fn scal(bk: &Blk, bank: u32, row: u32, i: u32) -> u32 {
     scal_in::<Bf16Regions>(bk, bank, row, i)
 }
 
+/// The score weights `w(i, i')` and `w(i + 2, i')` of layout `G` (row times `ia`, `ia + 2` of a
+/// lane's accumulator rows g, g + 8; column time `ip`).
+///
+/// # Safety
+/// `ia + 2 < C`, `ip < C`; inside a phase that reads the weights (after the barrier that
+/// publishes them).
+#[inline(always)]
+pub(crate) unsafe fn score_weight_pair<G: Regions>(bk: &Blk, ia: u32, ip: u32) -> [f32; 2] {
+    // SAFETY: inside the (C, C) weights (the caller's contract).
+    unsafe {
+        [
+            ld_shared_f32(bk.base + G::WT + 4 * (ia * C + ip)),
+            ld_shared_f32(bk.base + G::WT + 4 * ((ia + 2) * C + ip)),
+        ]
+    }
+}
+
+/// Weights the score n8 tiles `sc` of row tile `w` (those on or below the diagonal, when `scores`)
+/// with the weights of layout `G` and hands each to `store(jt, tile, wa, wb)` (`wa` for the
+/// lane's accumulator row g, `wb` for g + 8). The weights go four tiles at a time, loaded before
+/// those tiles' stores (a store would otherwise hold each next load back, see `phase_rotate`);
+/// the row index goes through an opaque move so that the 16 addresses are formed here each
+/// chunk rather than hoisted out of the chunk loop.
+///
+/// # Safety
+/// `w < 4`; inside a phase that reads the weights (after the barrier that publishes them).
+#[inline(always)]
+pub(crate) unsafe fn weigh_row_tile_scores<G: Regions>(
+    bk: &Blk,
+    w: u32,
+    scores: bool,
+    sc: &[[f32; 4]; 8],
+    mut store: impl FnMut(u32, &[f32; 4], f32, f32),
+) {
+    let (g, t4) = (bk.lane / 4, bk.lane % 4);
+    let ia = opaque_u32(4 * w + g / 4);
+    for half in 0..2u32 {
+        let mut weights = [[0.0f32; 2]; 4];
+        for (d, wt) in weights.iter_mut().enumerate() {
+            let ip = 2 * (4 * half + d as u32) + t4 / 2;
+            // SAFETY: row times ia, ia + 2 < 16 (w < 4), column times < 16.
+            *wt = unsafe { score_weight_pair::<G>(bk, ia, ip) };
+        }
+        for (d, &[wa, wb]) in weights.iter().enumerate() {
+            let jt = 4 * half + d as u32;
+            if scores && jt < 2 * w + 2 {
+                store(jt, &sc[jt as usize], wa, wb);
+            }
+        }
+    }
+}
+
 /// The low and high bf16 halves of a packed word, as f32.
 #[inline(always)]
 pub(crate) fn unpack(w: u32) -> (f32, f32) {
@@ -708,31 +760,11 @@ unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool>(
                     }
                 }
             }
-            // Weights four tiles at a time, loaded before those tiles' stores (a store would
-            // otherwise hold each next load back, see `phase_rotate`); every address lies inside
-            // the (16, 16) weights. The row index goes through an opaque move so that the 16
-            // addresses are formed here each chunk rather than hoisted out of the chunk loop.
-            let ia = opaque_u32(4 * w + g / 4);
-            for half in 0..2u32 {
-                let mut weights = [[0.0f32; 2]; 4];
-                for (d, wt) in weights.iter_mut().enumerate() {
-                    let ip = 2 * (4 * half + d as u32) + t4 / 2;
-                    *wt = [
-                        ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip)),
-                        ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip)),
-                    ];
-                }
-                for (d, &[wa, wb]) in weights.iter().enumerate() {
-                    let jt = 4 * half + d as u32;
-                    let s = &sc[jt as usize];
-                    if scores && jt < 2 * w + 2 {
-                        let at =
-                            bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
-                        st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
-                        st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
-                    }
-                }
-            }
+            weigh_row_tile_scores::<Bf16Regions>(bk, w, scores, &sc, |jt, s, wa, wb| {
+                let at = bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
+                st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
+                st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+            });
         }
         let mut y = [[[0.0f32; 4]; 2]; 4];
         for kk in 0..8usize {
@@ -832,14 +864,10 @@ unsafe fn scores_spread(bk: &Blk, tiles: u32) {
                 }
             }
         }
-        // Every weight loaded before the first store (see `phase_scores_inter`).
+        // Every weight loaded before the first store (see `weigh_row_tile_scores`).
         let mut weights = [[0.0f32; 2]; SCORE_ITEMS as usize];
         for (wt, &(mt, jt, _)) in weights.iter_mut().zip(item.iter()) {
-            let (ia, ip) = (4 * mt + g / 4, 2 * jt + t4 / 2);
-            *wt = [
-                ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip)),
-                ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip)),
-            ];
+            *wt = score_weight_pair::<Bf16Regions>(bk, 4 * mt + g / 4, 2 * jt + t4 / 2);
         }
         for (j, (&[wa, wb], &(mt, jt, _))) in weights.iter().zip(item.iter()).enumerate() {
             if (j as u32) < per && first + (j as u32) < items {

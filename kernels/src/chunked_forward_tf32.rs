@@ -49,8 +49,8 @@ use crate::arch::sreg::{
 };
 use crate::chunked_forward_mma::{
     column_params, cs_source, entering_state, phase_angles_weights, phase_epilogue,
-    phase_increments, prefetch, rank_params, scal_in, store_segment_end, store_state_tile, Blk,
-    EpilogueIo, Regions, S_EXPA, S_KSCALE,
+    phase_increments, prefetch, rank_params, scal_in, store_segment_end, store_state_tile,
+    weigh_row_tile_scores, Blk, EpilogueIo, Regions, S_EXPA, S_KSCALE,
 };
 use crate::elem::{ldg, stg};
 use crate::smem::ld_shared_f64;
@@ -278,27 +278,11 @@ unsafe fn phase_scores_inter(bk: &Blk, bank: u32, state: &[[f32; 4]; 16]) -> [[[
                 }
             }
         }
-        // Weights loaded before the stores (see `chunked_forward_mma::phase_scores_inter`).
-        let ia = opaque_u32(4 * w + g / 4);
-        for half in 0..2u32 {
-            let mut weights = [[0.0f32; 2]; 4];
-            for (d, wt) in weights.iter_mut().enumerate() {
-                let ip = 2 * (4 * half + d as u32) + t4 / 2;
-                *wt = [
-                    ld_shared_f32(bk.base + L::WT + 4 * (ia * C + ip)),
-                    ld_shared_f32(bk.base + L::WT + 4 * ((ia + 2) * C + ip)),
-                ];
-            }
-            for (d, &[wa, wb]) in weights.iter().enumerate() {
-                let jt = 4 * half + d as u32;
-                let s = &sc[jt as usize];
-                if jt < 2 * w + 2 {
-                    let at = bk.base + L::W + (16 * w + g) * L::W_STRIDE + 4 * (8 * jt + 2 * t4);
-                    st_shared_v2_f32(at, [s[0] * wa, s[1] * wa]);
-                    st_shared_v2_f32(at + 8 * L::W_STRIDE, [s[2] * wb, s[3] * wb]);
-                }
-            }
-        }
+        weigh_row_tile_scores::<F32Regions>(bk, w, true, &sc, |jt, s, wa, wb| {
+            let at = bk.base + L::W + (16 * w + g) * L::W_STRIDE + 4 * (8 * jt + 2 * t4);
+            st_shared_v2_f32(at, [s[0] * wa, s[1] * wa]);
+            st_shared_v2_f32(at + 8 * L::W_STRIDE, [s[2] * wb, s[3] * wb]);
+        });
 
         let mut y = [[[0.0f32; 4]; 2]; 4];
         for kp in 0..8usize {
