@@ -139,7 +139,7 @@ fn scal(bk: &Blk, bank: u32, row: u32, i: u32) -> u32 {
 /// `ia + 2 < C`, `ip < C`; inside a phase that reads the weights (after the barrier that
 /// publishes them).
 #[inline(always)]
-pub(crate) unsafe fn score_weight_pair<G: Regions>(bk: &Blk, ia: u32, ip: u32) -> [f32; 2] {
+unsafe fn score_weight_pair<G: Regions>(bk: &Blk, ia: u32, ip: u32) -> [f32; 2] {
     // SAFETY: inside the (C, C) weights (the caller's contract).
     unsafe {
         [
@@ -761,9 +761,7 @@ unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool>(
                 }
             }
             weigh_row_tile_scores::<Bf16Regions>(bk, w, scores, &sc, |jt, s, wa, wb| {
-                let at = bk.base + L::W + (16 * w + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
-                st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
-                st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+                store_weighted_scores(bk, (g, t4), (w, jt), s, [wa, wb]);
             });
         }
         let mut y = [[[0.0f32; 4]; 2]; 4];
@@ -797,6 +795,28 @@ unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool>(
             }
         }
         y
+    }
+}
+
+/// Stores the weighted score n8 tile `s` of row tile `mt`, column tile `jt` into the W tile as
+/// bf16 (`wa` weighs the lane's accumulator row g, `wb` row g + 8; `(g, t4)` = `(lane / 4,
+/// lane % 4)`, as the caller already holds them).
+///
+/// # Safety
+/// `mt < 4`, `jt < 8`; no other thread touches those W elements before the next barrier.
+#[inline(always)]
+unsafe fn store_weighted_scores(
+    bk: &Blk,
+    (g, t4): (u32, u32),
+    (mt, jt): (u32, u32),
+    s: &[f32; 4],
+    [wa, wb]: [f32; 2],
+) {
+    let at = bk.base + L::W + (16 * mt + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
+    // SAFETY: inside the W tile (the caller's contract).
+    unsafe {
+        st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
+        st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
     }
 }
 
@@ -871,10 +891,7 @@ unsafe fn scores_spread(bk: &Blk, tiles: u32) {
         }
         for (j, (&[wa, wb], &(mt, jt, _))) in weights.iter().zip(item.iter()).enumerate() {
             if (j as u32) < per && first + (j as u32) < items {
-                let s = &sc[j];
-                let at = bk.base + L::W + (16 * mt + g) * L::X_STRIDE + 2 * (8 * jt + 2 * t4);
-                st_shared_u32(at, pack_bf16x2(s[0] * wa, s[1] * wa));
-                st_shared_u32(at + 8 * L::X_STRIDE, pack_bf16x2(s[2] * wb, s[3] * wb));
+                store_weighted_scores(bk, (g, t4), (mt, jt), &sc[j], [wa, wb]);
             }
         }
     }
