@@ -506,8 +506,10 @@ pub mod forward_mma_smem {
     pub const X_STRIDE: u32 = 144;
     /// Rotated, biased q̂ `(64 rows, 128)` bf16.
     pub const Q: u32 = 0;
-    /// Rotated, biased k̂ `(64, 128)` bf16.
-    pub const K: u32 = Q + 64 * QK_STRIDE;
+    /// Rotated, biased k̂ `(64, 128)` bf16, 64 bytes past the end of q̂ so that a warp whose two
+    /// halves store q̂ and k̂ words of the same row offset (the half-split rotation) hits all 32
+    /// banks.
+    pub const K: u32 = Q + 64 * QK_STRIDE + 64;
     /// Up-projected x `(64, 64)` bf16.
     pub const X: u32 = K + 64 * QK_STRIDE;
     /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)` bf16.
@@ -516,8 +518,9 @@ pub mod forward_mma_smem {
     pub const W: u32 = XW + 64 * X_STRIDE;
     /// Raw q rows of the next chunk `(64, 128)` bf16, unpadded (the `cp.async` staging area).
     pub const RAW_Q: u32 = W + 64 * X_STRIDE;
-    /// Raw k rows of the next chunk `(64, 128)` bf16.
-    pub const RAW_K: u32 = RAW_Q + 64 * 256;
+    /// Raw k rows of the next chunk `(64, 128)` bf16, 64 bytes past the end of the raw q rows (as
+    /// k̂ past q̂, for the half-split rotation's loads).
+    pub const RAW_K: u32 = RAW_Q + 64 * 256 + 64;
     /// Two banks (chunk parity) of raw v and z rows `(16, 64)` bf16 each: v at +0, z at +2048.
     pub const BANK: u32 = RAW_K + 64 * 256;
     /// Bytes of one bank.
@@ -1049,6 +1052,34 @@ mod tests {
             backward::BackwardSlots::len_saturating(u64::MAX, 2, 2),
             u64::MAX
         );
+    }
+
+    #[test]
+    fn tensor_core_forward_half_split_words_fall_on_distinct_banks() {
+        use forward_mma_smem as L;
+        // Phase R's balanced half-split assignment: lane l (m = l mod 16) rotates the words of
+        // columns 2m and 64 + 2m of q (lanes 0–15) or k (lanes 16–31) and biases those of
+        // columns 32 + 2m and 96 + 2m of the other; every 4-byte load and store of a row is one
+        // instruction across the warp and should touch each bank once.
+        let bank = |addr: u32| (addr / 4) % 32;
+        for rho in 0..64u32 {
+            for (tile_q, tile_k, stride) in [(L::Q, L::K, L::QK_STRIDE), (L::RAW_Q, L::RAW_K, 256)]
+            {
+                for pair in 0..2u32 {
+                    for hi in [0u32, 128] {
+                        let mut seen = [false; 32];
+                        for lane in 0..32u32 {
+                            let (m, upper) = (lane % 16, lane >= 16);
+                            let is_k = if pair == 0 { upper } else { !upper };
+                            let col = 2 * m + 32 * pair;
+                            let tile = if is_k { tile_k } else { tile_q };
+                            seen[bank(tile + rho * stride + 2 * col + hi) as usize] = true;
+                        }
+                        assert!(seen.iter().all(|&s| s), "row {rho} pair {pair} +{hi}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -20,9 +20,11 @@
 //! increments by every thread (angle = lane, four times per warp; formed in f32, summed in f64),
 //! prefixed across warps through shared memory, then one `sin.approx`/`cos.approx` pair per (time,
 //! angle) of the angle reduced by an f64 multiple of 2π; the biased rotation of q and k by warp r
-//! for the rows of rank r (lane l owns columns 2l, 2l+1, 64+2l, 65+2l, which hold both halves of
-//! its pairs in either rotation convention; lanes whose columns no pair rotates read an identity
-//! rotation, so the row loop has no branch). The next chunk's raw q, k, v, z rows are copied with
+//! for the rows of rank r (a lane owns two word pairs of a row, columns c, c+1 and c+64, c+65,
+//! which hold both halves of their rotation pairs in either convention; in the half-split
+//! convention each lane rotates one pair, of q or of k, and only biases the other, see
+//! [`lane_words`]; the k-only segment pass gives the lanes whose columns no pair rotates an
+//! identity rotation, so the row loop has no branch). The next chunk's raw q, k, v, z rows are copied with
 //! `cp.async` while the current chunk runs its GEMMs (rows past the sequence zero-filled, so the
 //! elementwise work needs no length tests); a short chunk (the last one, a decode call of a few
 //! tokens) takes instantiations that rotate and multiply only the 16-row tiles holding its times
@@ -533,32 +535,65 @@ pub(crate) unsafe fn phase_angles_weights<G: Regions, const STATES_ONLY: bool>(
     }
 }
 
-/// Per-lane constants of phase R (warp = rank r; columns 2l, 2l+1, 64+2l, 65+2l of q and k;
-/// columns 2l, 2l+1 of x).
+/// Per-lane constants of phase R (warp = rank r): the biases of the lane's two raw word pairs
+/// (see [`lane_words`]) and mimo_v of columns 2l, 2l+1 of x.
 #[derive(Clone, Copy)]
 pub(crate) struct RankParams {
-    pub(crate) q_bias: [f32; 4],
-    pub(crate) k_bias: [f32; 4],
+    pub(crate) bias: [[f32; 4]; 2],
     pub(crate) mimo_v: [f32; 2],
 }
 
-/// This thread's [`RankParams`].
+/// The two word pairs of a raw q/k row that lane `lane` transforms in phase R, as
+/// `(is k, first column c)`: a pair is the words of columns c, c+1 and c+64, c+65. By default
+/// (pairwise rotation, and the k-only segment pass) pair 0 is q's and pair 1 k's, both at column
+/// 2·lane. `balanced` (the half-split rotation of q and k, whose pairs (j, j+64) rotate only for
+/// j < 32): lanes 0–15 rotate q's words of columns 2m (m = lane mod 16) and bias k's of columns
+/// 32 + 2m, lanes 16–31 the other way round, so that every lane rotates one pair and none runs the
+/// rotation on an identity (the layout's 64-byte offsets of k̂ and raw k keep the two halves'
+/// loads and stores in different banks).
 #[inline(always)]
-pub(crate) unsafe fn rank_params(prm: &ForwardParams, bk: &Blk) -> RankParams {
+pub(crate) fn lane_words(lane: u32, balanced: bool) -> [(bool, u32); 2] {
+    if balanced {
+        let (m, upper) = (lane % 16, lane >= 16);
+        [(upper, 2 * m), (!upper, 32 + 2 * m)]
+    } else {
+        [(false, 2 * lane), (true, 2 * lane)]
+    }
+}
+
+/// This thread's [`RankParams`] for the word assignment of [`lane_words`].
+#[inline(always)]
+pub(crate) unsafe fn rank_params(prm: &ForwardParams, bk: &Blk, balanced: bool) -> RankParams {
     let hr = bk.h * R as usize + bk.warp as usize;
     let l = bk.lane as usize;
-    let cols = [2 * l, 2 * l + 1, 64 + 2 * l, 65 + 2 * l];
-    // SAFETY: (h, r, column) inside the (H,R,N) biases and (H,R,P) mimo_v.
+    let bias = |(is_k, c): (bool, u32)| {
+        let c = c as usize;
+        let src = if is_k { prm.k_bias } else { prm.q_bias };
+        // SAFETY: (h, r, column) inside the (H,R,N) biases.
+        [c, c + 1, c + 64, c + 65].map(|c| unsafe { ldg(src, hr * N as usize + c) })
+    };
+    let words = lane_words(bk.lane, balanced);
+    // SAFETY: (h, r, column) inside the (H,R,P) mimo_v.
     unsafe {
         RankParams {
-            q_bias: cols.map(|c| ldg(prm.q_bias, hr * N as usize + c)),
-            k_bias: cols.map(|c| ldg(prm.k_bias, hr * N as usize + c)),
+            bias: [bias(words[0]), bias(words[1])],
             mimo_v: [
                 ldg(prm.mimo_v, hr * P as usize + 2 * l),
                 ldg(prm.mimo_v, hr * P as usize + 2 * l + 1),
             ],
         }
     }
+}
+
+/// Biases and packs one unrotated word pair (columns c, c+1 and c+64, c+65).
+#[inline(always)]
+fn bias_row(lo: u32, hi: u32, bias: [f32; 4]) -> (u32, u32) {
+    let (a0, a1) = unpack(lo);
+    let (b0, b1) = unpack(hi);
+    (
+        pack_bf16x2(a0 + bias[0], a1 + bias[1]),
+        pack_bf16x2(b0 + bias[2], b1 + bias[3]),
+    )
 }
 
 /// Biases, rotates and packs one raw q or k row (two words: columns 2l, 2l+1 and 64+2l, 65+2l).
@@ -584,16 +619,18 @@ pub(crate) fn rotate_row(
 }
 
 /// Where lane `l` reads the cosines and sines of phase R: `(address of time 0, bytes per time)`.
-/// Half-split: lanes 0–15 read the (c, s) pairs of angles 2l, 2l+1; lanes 16–31 hold columns that
-/// no pair rotates and read the identity (1, 0, 1, 0) at [`L::IDENT`] for every time, so the row
-/// loop has no lane-dependent branch. Pairwise: lane l reads angle l.
+/// Half-split: lanes 0–15 read the (c, s) pairs of angles 2l, 2l+1; lanes 16–31 read those of
+/// angles 2(l − 16), 2(l − 16) + 1 when the word assignment is `balanced` (see [`lane_words`]),
+/// else they hold columns that no pair rotates and read the identity (1, 0, 1, 0) at
+/// [`L::IDENT`] for every time, so the row loop has no lane-dependent branch. Pairwise: lane l
+/// reads angle l.
 #[inline(always)]
-pub(crate) fn cs_source<G: Regions>(bk: &Blk, half_split: bool) -> (u32, u32) {
+pub(crate) fn cs_source<G: Regions>(bk: &Blk, half_split: bool, balanced: bool) -> (u32, u32) {
     let l = bk.lane;
     if !half_split {
         (bk.base + G::CS + 8 * l, 256)
-    } else if l < 16 {
-        (bk.base + G::CS + 16 * l, 256)
+    } else if balanced || l < 16 {
+        (bk.base + G::CS + 16 * (l % 16), 256)
     } else {
         (bk.base + G::IDENT, 0)
     }
@@ -612,6 +649,11 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
 ) {
     let l = bk.lane;
     let r = bk.warp;
+    let balanced = HALF_SPLIT && !STATES_ONLY;
+    // Byte offsets of the lane's two word pairs in a raw staging row and in a q̂/k̂ tile row.
+    let words = lane_words(l, balanced);
+    let raw_at = words.map(|(is_k, c)| if is_k { L::RAW_K } else { L::RAW_Q } + 2 * c);
+    let tile_at = words.map(|(is_k, c)| if is_k { L::K } else { L::Q } + 2 * c);
     // SAFETY (whole body): rows < 64 and columns < 128 (q, k) or < 64 (x) of the layout's tiles;
     // the staging rows read are those the last `cp.async` group wrote.
     unsafe {
@@ -638,38 +680,39 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
             let mut rows = [RawRow::default(); ROTATE_GROUP];
             for (di, row) in rows.iter_mut().enumerate() {
                 let i = i0 + di as u32;
-                let raw = bk.base + (4 * i + r) * 256 + 4 * l;
+                let raw = bk.base + (4 * i + r) * 256;
                 row.cs = if HALF_SPLIT {
                     ld_shared_v4_f32(cs_at.0 + cs_at.1 * i)
                 } else {
                     let [c, s] = ld_shared_v2_f32(cs_at.0 + cs_at.1 * i);
                     [c, s, 1.0, 0.0]
                 };
-                if !STATES_ONLY {
-                    row.q = [
-                        ld_shared_u32(raw + L::RAW_Q),
-                        ld_shared_u32(raw + L::RAW_Q + 128),
-                    ];
+                for (j, (words, &src)) in row.words.iter_mut().zip(&raw_at).enumerate() {
+                    if !STATES_ONLY || j == 1 {
+                        *words = [ld_shared_u32(raw + src), ld_shared_u32(raw + src + 128)];
+                    }
                 }
-                row.k = [
-                    ld_shared_u32(raw + L::RAW_K),
-                    ld_shared_u32(raw + L::RAW_K + 128),
-                ];
                 row.v = ld_shared_u32(v_at + 128 * i + 4 * l);
                 row.ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
             }
             for (di, row) in rows.iter().enumerate() {
                 let rho = 4 * (i0 + di as u32) + r;
-                let qk_at = bk.base + rho * L::QK_STRIDE + 4 * l;
+                let qk_at = bk.base + rho * L::QK_STRIDE;
                 let x_at = bk.base + rho * L::X_STRIDE + 4 * l;
                 if !STATES_ONLY {
-                    let (w0, w1) = rotate_row(row.q[0], row.q[1], rp.q_bias, row.cs, HALF_SPLIT);
-                    st_shared_u32(qk_at + L::Q, w0);
-                    st_shared_u32(qk_at + L::Q + 128, w1);
+                    let [lo, hi] = row.words[0];
+                    let (w0, w1) = rotate_row(lo, hi, rp.bias[0], row.cs, HALF_SPLIT);
+                    st_shared_u32(qk_at + tile_at[0], w0);
+                    st_shared_u32(qk_at + tile_at[0] + 128, w1);
                 }
-                let (w0, w1) = rotate_row(row.k[0], row.k[1], rp.k_bias, row.cs, HALF_SPLIT);
-                st_shared_u32(qk_at + L::K, w0);
-                st_shared_u32(qk_at + L::K + 128, w1);
+                let [lo, hi] = row.words[1];
+                let (w0, w1) = if balanced {
+                    bias_row(lo, hi, rp.bias[1])
+                } else {
+                    rotate_row(lo, hi, rp.bias[1], row.cs, HALF_SPLIT)
+                };
+                st_shared_u32(qk_at + tile_at[1], w0);
+                st_shared_u32(qk_at + tile_at[1] + 128, w1);
                 let (v0, v1) = unpack(row.v);
                 let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
                 if !STATES_ONLY {
@@ -699,13 +742,12 @@ fn tiles<const FULL: bool>(len: u32) -> u32 {
     }
 }
 
-/// One row's inputs of phase R: its (c, s) pairs, the lane's two raw q and k words, its v word
-/// and its key scale.
+/// One row's inputs of phase R: its (c, s) pairs, the lane's two raw word pairs (see
+/// [`lane_words`]; pair 0 unused in the k-only segment pass), its v word and its key scale.
 #[derive(Clone, Copy, Default)]
 struct RawRow {
     cs: [f32; 4],
-    q: [u32; 2],
-    k: [u32; 2],
+    words: [[u32; 2]; 2],
     v: u32,
     ks: f32,
 }
@@ -1701,8 +1743,9 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
     let half_split = prm.rotation == rotation::HALF_SPLIT;
     // SAFETY (whole body): the launch contract; phases are separated by block barriers.
     unsafe {
-        let rp = rank_params(prm, &bk);
-        let cs_at = cs_source::<Bf16Regions>(&bk, half_split);
+        let balanced = half_split && !STATES_ONLY;
+        let rp = rank_params(prm, &bk, balanced);
+        let cs_at = cs_source::<Bf16Regions>(&bk, half_split, balanced);
         if tid == 0 {
             st_shared_v4_f32(bk.base + L::IDENT, [1.0, 0.0, 1.0, 0.0]);
         }
@@ -2036,10 +2079,9 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
     // SAFETY (whole body): the launch contract; phases are separated by block barriers, and
     // each region a unit's loads fill is free when they are issued (see the docs above).
     unsafe {
-        let rp = rank_params(prm, &bk);
-        let cs_at = cs_source::<Bf16Regions>(&bk, half_split);
+        let rp = rank_params(prm, &bk, half_split);
+        let cs_at = cs_source::<Bf16Regions>(&bk, half_split, half_split);
         if tid == 0 {
-            st_shared_v4_f32(bk.base + L::IDENT, [1.0, 0.0, 1.0, 0.0]);
             st_shared_v4_f32(bk.base + L::ZERO, [0.0; 4]);
         }
         let cp = column_params(prm, &bk);

@@ -48,7 +48,7 @@ use crate::arch::sreg::{
     smem_base, smem_base_fresh, st_shared_v2_f32, st_shared_v4_f32, sync_threads, thread_x,
 };
 use crate::chunked_forward_mma::{
-    column_params, cs_source, entering_state, phase_angles_weights, phase_epilogue,
+    column_params, cs_source, entering_state, lane_words, phase_angles_weights, phase_epilogue,
     phase_increments, prefetch, rank_params, scal_in, store_segment_end, store_state_tile,
     weigh_row_tile_scores, Blk, EpilogueIo, Regions, S_EXPA, S_KSCALE,
 };
@@ -139,8 +139,8 @@ unsafe fn stage_chunk<const STATES_ONLY: bool>(
     }
 }
 
-/// Biases and rotates one raw q or k row's two column pairs of the lane (columns 2l, 2l+1 and
-/// 64+2l, 65+2l; `cs` from [`cs_source`]).
+/// Biases and rotates one raw q or k row's column pairs of the lane (columns c, c+1 and c+64, c+65
+/// of `chunked_forward_mma::lane_words`; `cs` from [`cs_source`]).
 #[inline(always)]
 fn rotate_row(
     lo: [f32; 2],
@@ -165,12 +165,21 @@ fn rotate_row(
     }
 }
 
-/// One row's inputs of the rotation: its (c, s) pairs and the lane's raw q and k column pairs.
+/// Biases one unrotated column-pair pair (columns c, c+1 and c+64, c+65).
+#[inline(always)]
+fn bias_row(lo: [f32; 2], hi: [f32; 2], bias: [f32; 4]) -> ([f32; 2], [f32; 2]) {
+    (
+        [lo[0] + bias[0], lo[1] + bias[1]],
+        [hi[0] + bias[2], hi[1] + bias[3]],
+    )
+}
+
+/// One row's inputs of the rotation: its (c, s) pairs and the lane's two raw column-pair pairs
+/// (see `chunked_forward_mma::lane_words`; pair 0 unused in the k-only segment pass).
 #[derive(Clone, Copy, Default)]
 struct RawRow {
     cs: [f32; 4],
-    q: [[f32; 2]; 2],
-    k: [[f32; 2]; 2],
+    words: [[[f32; 2]; 2]; 2],
 }
 
 /// Rows of the rotation whose shared-memory loads are issued together (see
@@ -186,8 +195,12 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
 ) {
     // Read here every chunk (L1 hits) rather than held in registers across the chunk loop.
     // SAFETY: the launch contract.
-    let rp = unsafe { rank_params(prm, bk) };
-    let (l, r) = (bk.lane, bk.warp);
+    let balanced = HALF_SPLIT && !STATES_ONLY;
+    let rp = unsafe { rank_params(prm, bk, balanced) };
+    let r = bk.warp;
+    // Byte offsets of the lane's two pairs in a q̂/k̂ tile row.
+    let tile_at =
+        lane_words(bk.lane, balanced).map(|(is_k, c)| if is_k { L::K } else { L::Q } + 4 * c);
     // SAFETY (whole body): rows < 64 and columns < 128 of the tiles; every lane reads and writes
     // only its own words, which the last `cp.async` group wrote.
     unsafe {
@@ -195,34 +208,35 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
             let mut rows = [RawRow::default(); ROTATE_GROUP as usize];
             for (di, row) in rows.iter_mut().enumerate() {
                 let i = i0 + di as u32;
-                let at = bk.base + (4 * i + r) * L::QK_STRIDE + 8 * l;
+                let at = bk.base + (4 * i + r) * L::QK_STRIDE;
                 row.cs = if HALF_SPLIT {
                     ld_shared_v4_f32(cs_at.0 + cs_at.1 * i)
                 } else {
                     let [c, s] = ld_shared_v2_f32(cs_at.0 + cs_at.1 * i);
                     [c, s, 1.0, 0.0]
                 };
-                if !STATES_ONLY {
-                    row.q = [
-                        ld_shared_v2_f32(at + L::Q),
-                        ld_shared_v2_f32(at + L::Q + 256),
-                    ];
+                for (j, (words, &off)) in row.words.iter_mut().zip(&tile_at).enumerate() {
+                    if !STATES_ONLY || j == 1 {
+                        *words = [ld_shared_v2_f32(at + off), ld_shared_v2_f32(at + off + 256)];
+                    }
                 }
-                row.k = [
-                    ld_shared_v2_f32(at + L::K),
-                    ld_shared_v2_f32(at + L::K + 256),
-                ];
             }
             for (di, row) in rows.iter().enumerate() {
-                let at = bk.base + (4 * (i0 + di as u32) + r) * L::QK_STRIDE + 8 * l;
+                let at = bk.base + (4 * (i0 + di as u32) + r) * L::QK_STRIDE;
                 if !STATES_ONLY {
-                    let (lo, hi) = rotate_row(row.q[0], row.q[1], rp.q_bias, row.cs, HALF_SPLIT);
-                    st_shared_v2_f32(at + L::Q, lo);
-                    st_shared_v2_f32(at + L::Q + 256, hi);
+                    let [lo, hi] = row.words[0];
+                    let (lo, hi) = rotate_row(lo, hi, rp.bias[0], row.cs, HALF_SPLIT);
+                    st_shared_v2_f32(at + tile_at[0], lo);
+                    st_shared_v2_f32(at + tile_at[0] + 256, hi);
                 }
-                let (lo, hi) = rotate_row(row.k[0], row.k[1], rp.k_bias, row.cs, HALF_SPLIT);
-                st_shared_v2_f32(at + L::K, lo);
-                st_shared_v2_f32(at + L::K + 256, hi);
+                let [lo, hi] = row.words[1];
+                let (lo, hi) = if balanced {
+                    bias_row(lo, hi, rp.bias[1])
+                } else {
+                    rotate_row(lo, hi, rp.bias[1], row.cs, HALF_SPLIT)
+                };
+                st_shared_v2_f32(at + tile_at[1], lo);
+                st_shared_v2_f32(at + tile_at[1] + 256, hi);
             }
         }
     }
@@ -596,7 +610,7 @@ pub unsafe fn chunked_forward_tf32<const STATES_ONLY: bool>(prm: &ForwardParams)
     let half_split = prm.rotation == rotation::HALF_SPLIT;
     // SAFETY (whole body): the launch contract; phases are separated by block barriers.
     unsafe {
-        let cs_at = cs_source::<F32Regions>(&bk, half_split);
+        let cs_at = cs_source::<F32Regions>(&bk, half_split, half_split && !STATES_ONLY);
         if tid == 0 {
             st_shared_v4_f32(bk.base + L::IDENT, [1.0, 0.0, 1.0, 0.0]);
         }
