@@ -1060,7 +1060,8 @@ mod tests {
         // Phase R's balanced half-split assignment: lane l (m = l mod 16) rotates the words of
         // columns 2m and 64 + 2m of q (lanes 0–15) or k (lanes 16–31) and biases those of
         // columns 32 + 2m and 96 + 2m of the other; every 4-byte load and store of a row is one
-        // instruction across the warp and should touch each bank once.
+        // instruction across the warp and should touch each bank once, in the raw staging rows
+        // and in the q̂/k̂ tiles.
         let bank = |addr: u32| (addr / 4) % 32;
         for rho in 0..64u32 {
             for (tile_q, tile_k, stride) in [(L::Q, L::K, L::QK_STRIDE), (L::RAW_Q, L::RAW_K, 256)]
