@@ -618,6 +618,53 @@ pub(crate) fn rotate_row(
     }
 }
 
+/// A lane's word pair of a q or k row as phase R holds it (columns c, c+1 and c+64, c+65 of
+/// [`lane_words`]): two packed bf16 words here, two f32 pairs in the TF32 kernel.
+pub(crate) trait PairWords: Copy {
+    /// The pair biased and rotated by the (c, s) of [`cs_source`].
+    fn rotated(lo: Self, hi: Self, bias: [f32; 4], cs: [f32; 4], half_split: bool) -> (Self, Self);
+    /// The pair biased only (no pair of its columns rotates).
+    fn biased(lo: Self, hi: Self, bias: [f32; 4]) -> (Self, Self);
+}
+
+impl PairWords for u32 {
+    #[inline(always)]
+    fn rotated(lo: u32, hi: u32, bias: [f32; 4], cs: [f32; 4], half_split: bool) -> (u32, u32) {
+        rotate_row(lo, hi, bias, cs, half_split)
+    }
+
+    #[inline(always)]
+    fn biased(lo: u32, hi: u32, bias: [f32; 4]) -> (u32, u32) {
+        bias_row(lo, hi, bias)
+    }
+}
+
+/// Phase R's transform of a row's two word pairs (see [`lane_words`]): pair 0 rotated (passed
+/// through in the k-only segment pass, `states_only`, which has no q), pair 1 rotated or, when
+/// the assignment is `balanced`, biased only.
+#[inline(always)]
+pub(crate) fn transform_pairs<W: PairWords>(
+    words: [[W; 2]; 2],
+    rp: &RankParams,
+    cs: [f32; 4],
+    half_split: bool,
+    balanced: bool,
+    states_only: bool,
+) -> [(W, W); 2] {
+    let [[a, b], [c, d]] = words;
+    let first = if states_only {
+        (a, b)
+    } else {
+        W::rotated(a, b, rp.bias[0], cs, half_split)
+    };
+    let second = if balanced {
+        W::biased(c, d, rp.bias[1])
+    } else {
+        W::rotated(c, d, rp.bias[1], cs, half_split)
+    };
+    [first, second]
+}
+
 /// Where lane `l` reads the cosines and sines of phase R: `(address of time 0, bytes per time)`.
 /// Half-split: lanes 0–15 read the (c, s) pairs of angles 2l, 2l+1; lanes 16–31 read those of
 /// angles 2(l − 16), 2(l − 16) + 1 when the word assignment is `balanced` (see [`lane_words`]),
@@ -699,20 +746,14 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
                 let rho = 4 * (i0 + di as u32) + r;
                 let qk_at = bk.base + rho * L::QK_STRIDE;
                 let x_at = bk.base + rho * L::X_STRIDE + 4 * l;
+                let [first, second] =
+                    transform_pairs(row.words, rp, row.cs, HALF_SPLIT, balanced, STATES_ONLY);
                 if !STATES_ONLY {
-                    let [lo, hi] = row.words[0];
-                    let (w0, w1) = rotate_row(lo, hi, rp.bias[0], row.cs, HALF_SPLIT);
-                    st_shared_u32(qk_at + tile_at[0], w0);
-                    st_shared_u32(qk_at + tile_at[0] + 128, w1);
+                    st_shared_u32(qk_at + tile_at[0], first.0);
+                    st_shared_u32(qk_at + tile_at[0] + 128, first.1);
                 }
-                let [lo, hi] = row.words[1];
-                let (w0, w1) = if balanced {
-                    bias_row(lo, hi, rp.bias[1])
-                } else {
-                    rotate_row(lo, hi, rp.bias[1], row.cs, HALF_SPLIT)
-                };
-                st_shared_u32(qk_at + tile_at[1], w0);
-                st_shared_u32(qk_at + tile_at[1] + 128, w1);
+                st_shared_u32(qk_at + tile_at[1], second.0);
+                st_shared_u32(qk_at + tile_at[1] + 128, second.1);
                 let (v0, v1) = unpack(row.v);
                 let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
                 if !STATES_ONLY {
