@@ -585,18 +585,8 @@ pub(crate) unsafe fn rank_params(prm: &ForwardParams, bk: &Blk, balanced: bool) 
     }
 }
 
-/// Biases and packs one unrotated word pair (columns c, c+1 and c+64, c+65).
-#[inline(always)]
-fn bias_row(lo: u32, hi: u32, bias: [f32; 4]) -> (u32, u32) {
-    let (a0, a1) = unpack(lo);
-    let (b0, b1) = unpack(hi);
-    (
-        pack_bf16x2(a0 + bias[0], a1 + bias[1]),
-        pack_bf16x2(b0 + bias[2], b1 + bias[3]),
-    )
-}
-
-/// Biases, rotates and packs one raw q or k row (two words: columns 2l, 2l+1 and 64+2l, 65+2l).
+/// Biases, rotates and packs one raw q or k word pair (columns c, c+1 and c+64, c+65 of
+/// [`lane_words`]; `cs` from [`cs_source`]).
 #[inline(always)]
 pub(crate) fn rotate_row(
     lo: u32,
@@ -605,26 +595,65 @@ pub(crate) fn rotate_row(
     cs: [f32; 4],
     half_split: bool,
 ) -> (u32, u32) {
-    let (a0, a1) = unpack(lo);
-    let (b0, b1) = unpack(hi);
-    let (a0, a1, b0, b1) = (a0 + bias[0], a1 + bias[1], b0 + bias[2], b1 + bias[3]);
-    if half_split {
-        let (a0, b0) = rotate_pair(a0, b0, cs[0], cs[1]);
-        let (a1, b1) = rotate_pair(a1, b1, cs[2], cs[3]);
-        (pack_bf16x2(a0, a1), pack_bf16x2(b0, b1))
-    } else {
-        let (a0, a1) = rotate_pair(a0, a1, cs[0], cs[1]);
-        (pack_bf16x2(a0, a1), pack_bf16x2(b0, b1))
-    }
+    pack_pairs(<[f32; 2]>::rotated(
+        unpack_pair(lo),
+        unpack_pair(hi),
+        bias,
+        cs,
+        half_split,
+    ))
+}
+
+/// The two bf16 halves of a packed word as an f32 pair (low half first).
+#[inline(always)]
+fn unpack_pair(w: u32) -> [f32; 2] {
+    let (a, b) = unpack(w);
+    [a, b]
+}
+
+/// Two f32 pairs rounded and packed into two bf16 words.
+#[inline(always)]
+fn pack_pairs((lo, hi): ([f32; 2], [f32; 2])) -> (u32, u32) {
+    (pack_bf16x2(lo[0], lo[1]), pack_bf16x2(hi[0], hi[1]))
 }
 
 /// A lane's word pair of a q or k row as phase R holds it (columns c, c+1 and c+64, c+65 of
-/// [`lane_words`]): two packed bf16 words here, two f32 pairs in the TF32 kernel.
+/// [`lane_words`]): two f32 pairs (the TF32 kernel) or two packed bf16 words (the bf16
+/// kernels, transformed in f32).
 pub(crate) trait PairWords: Copy {
     /// The pair biased and rotated by the (c, s) of [`cs_source`].
     fn rotated(lo: Self, hi: Self, bias: [f32; 4], cs: [f32; 4], half_split: bool) -> (Self, Self);
     /// The pair biased only (no pair of its columns rotates).
     fn biased(lo: Self, hi: Self, bias: [f32; 4]) -> (Self, Self);
+}
+
+impl PairWords for [f32; 2] {
+    #[inline(always)]
+    fn rotated(
+        lo: [f32; 2],
+        hi: [f32; 2],
+        bias: [f32; 4],
+        cs: [f32; 4],
+        half_split: bool,
+    ) -> ([f32; 2], [f32; 2]) {
+        let ([a0, a1], [b0, b1]) = Self::biased(lo, hi, bias);
+        if half_split {
+            let (a0, b0) = rotate_pair(a0, b0, cs[0], cs[1]);
+            let (a1, b1) = rotate_pair(a1, b1, cs[2], cs[3]);
+            ([a0, a1], [b0, b1])
+        } else {
+            let (a0, a1) = rotate_pair(a0, a1, cs[0], cs[1]);
+            ([a0, a1], [b0, b1])
+        }
+    }
+
+    #[inline(always)]
+    fn biased(lo: [f32; 2], hi: [f32; 2], bias: [f32; 4]) -> ([f32; 2], [f32; 2]) {
+        (
+            [lo[0] + bias[0], lo[1] + bias[1]],
+            [hi[0] + bias[2], hi[1] + bias[3]],
+        )
+    }
 }
 
 impl PairWords for u32 {
@@ -635,20 +664,19 @@ impl PairWords for u32 {
 
     #[inline(always)]
     fn biased(lo: u32, hi: u32, bias: [f32; 4]) -> (u32, u32) {
-        bias_row(lo, hi, bias)
+        pack_pairs(<[f32; 2]>::biased(unpack_pair(lo), unpack_pair(hi), bias))
     }
 }
 
 /// Phase R's transform of a row's two word pairs (see [`lane_words`]): pair 0 rotated (passed
-/// through in the k-only segment pass, `states_only`, which has no q), pair 1 rotated or, when
-/// the assignment is `balanced`, biased only.
+/// through in the k-only segment pass, `states_only`, which has no q), pair 1 rotated or, in the
+/// balanced half-split assignment (q rotated too), biased only.
 #[inline(always)]
 pub(crate) fn transform_pairs<W: PairWords>(
     words: [[W; 2]; 2],
     rp: &RankParams,
     cs: [f32; 4],
     half_split: bool,
-    balanced: bool,
     states_only: bool,
 ) -> [(W, W); 2] {
     let [[a, b], [c, d]] = words;
@@ -657,7 +685,7 @@ pub(crate) fn transform_pairs<W: PairWords>(
     } else {
         W::rotated(a, b, rp.bias[0], cs, half_split)
     };
-    let second = if balanced {
+    let second = if half_split && !states_only {
         W::biased(c, d, rp.bias[1])
     } else {
         W::rotated(c, d, rp.bias[1], cs, half_split)
@@ -747,7 +775,7 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
                 let qk_at = bk.base + rho * L::QK_STRIDE;
                 let x_at = bk.base + rho * L::X_STRIDE + 4 * l;
                 let [first, second] =
-                    transform_pairs(row.words, rp, row.cs, HALF_SPLIT, balanced, STATES_ONLY);
+                    transform_pairs(row.words, rp, row.cs, HALF_SPLIT, STATES_ONLY);
                 if !STATES_ONLY {
                     st_shared_u32(qk_at + tile_at[0], first.0);
                     st_shared_u32(qk_at + tile_at[0] + 128, first.1);

@@ -40,7 +40,7 @@
 
 use mamba3_abi::{forward_tf32_smem as L, rotation, ForwardParams};
 
-use crate::angles::{rotate_pair, stored_f32};
+use crate::angles::stored_f32;
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::sreg::{
@@ -50,7 +50,7 @@ use crate::arch::sreg::{
 use crate::chunked_forward_mma::{
     column_params, cs_source, entering_state, lane_words, phase_angles_weights, phase_epilogue,
     phase_increments, prefetch, rank_params, scal_in, store_segment_end, store_state_tile,
-    transform_pairs, weigh_row_tile_scores, Blk, EpilogueIo, PairWords, Regions, S_EXPA, S_KSCALE,
+    transform_pairs, weigh_row_tile_scores, Blk, EpilogueIo, Regions, S_EXPA, S_KSCALE,
 };
 use crate::elem::{ldg, stg};
 use crate::smem::ld_shared_f64;
@@ -139,40 +139,6 @@ unsafe fn stage_chunk<const STATES_ONLY: bool>(
     }
 }
 
-impl PairWords for [f32; 2] {
-    #[inline(always)]
-    fn rotated(
-        lo: [f32; 2],
-        hi: [f32; 2],
-        bias: [f32; 4],
-        cs: [f32; 4],
-        half_split: bool,
-    ) -> ([f32; 2], [f32; 2]) {
-        let (a0, a1, b0, b1) = (
-            lo[0] + bias[0],
-            lo[1] + bias[1],
-            hi[0] + bias[2],
-            hi[1] + bias[3],
-        );
-        if half_split {
-            let (a0, b0) = rotate_pair(a0, b0, cs[0], cs[1]);
-            let (a1, b1) = rotate_pair(a1, b1, cs[2], cs[3]);
-            ([a0, a1], [b0, b1])
-        } else {
-            let (a0, a1) = rotate_pair(a0, a1, cs[0], cs[1]);
-            ([a0, a1], [b0, b1])
-        }
-    }
-
-    #[inline(always)]
-    fn biased(lo: [f32; 2], hi: [f32; 2], bias: [f32; 4]) -> ([f32; 2], [f32; 2]) {
-        (
-            [lo[0] + bias[0], lo[1] + bias[1]],
-            [hi[0] + bias[2], hi[1] + bias[3]],
-        )
-    }
-}
-
 /// One row's inputs of the rotation: its (c, s) pairs and the lane's two raw column-pair pairs
 /// (see `chunked_forward_mma::lane_words`; pair 0 unused in the k-only segment pass).
 #[derive(Clone, Copy, Default)]
@@ -223,7 +189,7 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool>(
             for (di, row) in rows.iter().enumerate() {
                 let at = bk.base + (4 * (i0 + di as u32) + r) * L::QK_STRIDE;
                 let [first, second] =
-                    transform_pairs(row.words, &rp, row.cs, HALF_SPLIT, balanced, STATES_ONLY);
+                    transform_pairs(row.words, &rp, row.cs, HALF_SPLIT, STATES_ONLY);
                 if !STATES_ONLY {
                     st_shared_v2_f32(at + tile_at[0], first.0);
                     st_shared_v2_f32(at + tile_at[0] + 256, first.1);
