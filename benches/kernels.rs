@@ -304,6 +304,7 @@ fn bench_decode_dtype<X: Activation>(
             let others = [
                 DecodePath::SharedTile,
                 DecodePath::Chunked,
+                DecodePath::TensorCore,
                 DecodePath::Streaming {
                     rows_per_warp: stream_rows,
                 },
@@ -345,6 +346,7 @@ fn bench_decode_dtype<X: Activation>(
                     && !auto_only()
                     && !paths.contains(&Some(path))
                     && config.check_path(path, tokens).is_ok()
+                    && path.kernel::<X>(&config, tokens).is_some()
                 {
                     paths.push(Some(path));
                 }

@@ -139,26 +139,92 @@ fn rows_spread_over_the_sms_at_small_batch() {
     );
 }
 
+/// One bf16 token at R = 4, N = 128, P = 64 runs the tensor-core kernel at every batch and Na;
+/// f32, several tokens and other geometries keep the other kernels.
+#[test]
+fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
+    use half::bf16;
+    for batch in [1, 2, 3, 8, 64, 256] {
+        for c in [reference(batch), general(batch)] {
+            assert_eq!(
+                c.path::<bf16>(1, 132, H200_SHARED_MEMORY),
+                DecodePath::TensorCore,
+                "{c:?}"
+            );
+            assert_eq!(
+                c.dispatch_paths::<bf16>(1, SM86_SHARED_MEMORY),
+                ["decode_mma_bf16_r4_n128_p64"]
+            );
+            assert!(c.prefers_tensor_core::<bf16>(1));
+            assert!(!c.prefers_tensor_core::<f32>(1), "{c:?}");
+            assert!(!c.prefers_tensor_core::<bf16>(2), "{c:?}");
+        }
+    }
+    // Fused norm too (the block holds all of P).
+    let norm = DecodeConfig {
+        mode: OutputMode::FusedNorm,
+        ..reference(4)
+    };
+    assert_eq!(
+        norm.path::<bf16>(1, 132, H200_SHARED_MEMORY),
+        DecodePath::TensorCore
+    );
+    // Another rank, state size or head dim: the other kernels.
+    for c in [
+        DecodeConfig {
+            rank: 2,
+            ..reference(8)
+        },
+        DecodeConfig {
+            state_dim: 64,
+            num_angles: 16,
+            ..reference(8)
+        },
+        DecodeConfig {
+            head_dim: 32,
+            ..reference(8)
+        },
+    ] {
+        assert!(!c.prefers_tensor_core::<bf16>(1), "{c:?}");
+        assert!(c.check_path(DecodePath::TensorCore, 1).is_err(), "{c:?}");
+        assert!(matches!(
+            c.path::<bf16>(1, 132, H200_SHARED_MEMORY),
+            DecodePath::Streaming { .. }
+        ));
+    }
+    // A pinned tensor-core path needs one token.
+    let err = reference(8)
+        .check_path(DecodePath::TensorCore, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("path") && err.contains("one token"), "{err}");
+}
+
 #[test]
 fn one_token_at_many_sequence_heads_streams() {
-    // Above the register-resident kernel's 128 sequence-heads a one-token call streams; several
-    // tokens (below the chunked path's 3) keep the shared tile.
+    // Above the register-resident kernel's 128 sequence-heads a one-token call outside the
+    // tensor-core kernel's reach (f32 here, or another geometry) streams; several tokens (below
+    // the chunked path's 3) keep the shared tile.
     assert_eq!(
         STREAMING_MIN_SEQUENCE_HEADS,
         REGISTER_RESIDENT_MAX_SEQUENCE_HEADS + 1
     );
+    let p32 = |batch| DecodeConfig {
+        head_dim: 32,
+        ..reference(batch)
+    };
     assert_eq!(
-        reference(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
-        ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
+        p32(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
+        ["decode_stream_bf16_r4"]
     );
     assert_eq!(
-        general(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
-        ["decode_stream_bf16_r4"]
+        reference(8).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        ["decode_stream_f32_r4"]
     );
     // Batch 3 (192 sequence-heads) streams one token and keeps the shared tile for two.
     assert_eq!(
-        reference(3).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
-        ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
+        p32(3).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
+        ["decode_stream_bf16_r4"]
     );
     assert_eq!(
         reference(3).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
@@ -167,10 +233,6 @@ fn one_token_at_many_sequence_heads_streams() {
     assert_eq!(
         reference(3).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
-    );
-    assert_eq!(
-        reference(4).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
-        ["decode_stream_fixed_bf16_r4_n128_p64_na32"]
     );
     // f32 streaming has no fixed instantiation (register budget): the general kernel.
     assert_eq!(
@@ -183,13 +245,13 @@ fn one_token_at_many_sequence_heads_streams() {
     );
     // Few sequence-heads stay on the register-resident kernel whatever T.
     assert_eq!(
-        reference(2).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
-        ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
+        reference(2).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        ["decode_rows_fixed_f32_r4_n128_p64_na32"]
     );
     // The row split aims for 4 warps per SM (528 on 132 SMs). Batch 256: 16384 warps of all
     // 64 rows.
     assert_eq!(
-        reference(256).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+        reference(256).path::<f32>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Up to one wave of blocks (4 per SM: 528 on 132 SMs) the four warps of a block split one
@@ -197,7 +259,7 @@ fn one_token_at_many_sequence_heads_streams() {
     // sequence-heads), batch 3 (192) and batch 8 (512 blocks).
     for batch in [3, 4, 8] {
         assert_eq!(
-            reference(batch).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+            reference(batch).path::<f32>(1, 132, H200_SHARED_MEMORY),
             DecodePath::Streaming { rows_per_warp: 16 },
             "batch {batch}"
         );
@@ -225,17 +287,17 @@ fn one_token_at_many_sequence_heads_streams() {
     // Batch 8 on 100 SMs (512 blocks are more than one wave of 400): 64 rows give 512 warps,
     // above the target of 400.
     assert_eq!(
-        reference(8).path::<half::bf16>(1, 100, H200_SHARED_MEMORY),
+        reference(8).path::<f32>(1, 100, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Batch 16: 64 rows give 1024 warps.
     assert_eq!(
-        reference(16).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+        reference(16).path::<f32>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Batch 32 (2048 sequence-heads): 64 rows give 2048 warps.
     assert_eq!(
-        reference(32).path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+        reference(32).path::<f32>(1, 132, H200_SHARED_MEMORY),
         DecodePath::Streaming { rows_per_warp: 64 }
     );
     // Fused norm, N above 128 or N not a multiple of 4: not streamable.
@@ -256,7 +318,7 @@ fn one_token_at_many_sequence_heads_streams() {
     ] {
         assert!(!c.streamable(1), "{c:?}");
         assert_eq!(
-            c.path::<half::bf16>(1, 132, H200_SHARED_MEMORY),
+            c.path::<f32>(1, 132, H200_SHARED_MEMORY),
             DecodePath::SharedTile,
             "{c:?}"
         );
@@ -409,6 +471,7 @@ fn dispatch_queries_do_not_panic_on_degenerate_geometries() {
                 DecodePath::Chunked,
                 DecodePath::Streaming { rows_per_warp: 16 },
                 DecodePath::RegisterResident { rows_per_warp: 2 },
+                DecodePath::TensorCore,
             ] {
                 let _ = c.check_path(path, tokens);
             }

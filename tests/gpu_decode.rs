@@ -385,6 +385,81 @@ fn streaming_decode_matches_golden_on_the_reference_geometry() {
     );
 }
 
+/// The tensor-core one-token kernel (bf16 only) at batch 3 over every output mode and rotation,
+/// Na = 32 and 64, pinned and (Na = 32, gated) as the automatic choice; the state's error is
+/// also held to 2e-5 (its update keeps about 2^-16 of each increment).
+#[test]
+fn tensor_core_decode_matches_golden_on_the_reference_geometry() {
+    let gpu = gpu_or_skip!();
+    let stream = gpu.context().new_stream().unwrap();
+    let auto = Case {
+        batch: 3,
+        ..REFERENCE
+    };
+    let auto_path =
+        auto.config(1e-5)
+            .path::<bf16>(1, gpu.sm_count(), gpu.max_shared_memory_optin());
+    assert_eq!(
+        auto_path,
+        DecodePath::TensorCore,
+        "automatic choice at B = 3"
+    );
+    let mut worst = Errors::default();
+    let mut cases = vec![auto];
+    for na in [32, 64] {
+        for mode in [
+            OutputMode::Gated,
+            OutputMode::FusedNorm,
+            OutputMode::Prereduce,
+        ] {
+            for rotation in [Rotation::HalfSplit, Rotation::Pairwise] {
+                cases.push(Case {
+                    na,
+                    mode,
+                    rotation,
+                    path: Some(DecodePath::TensorCore),
+                    ..auto
+                });
+            }
+        }
+    }
+    for (i, case) in cases.into_iter().enumerate() {
+        let e = check::<bf16>(&gpu, &stream, case, 400 + i as u64);
+        assert!(e.ssm <= 2e-5, "state error {:e} for {case:?}", e.ssm);
+        worst.out = worst.out.max(e.out);
+        worst.ssm = worst.ssm.max(e.ssm);
+        worst.k = worst.k.max(e.k);
+        worst.theta = worst.theta.max(e.theta);
+    }
+    eprintln!("tensor-core decode H=64 P=64 N=128 R=4 B=3 bf16: worst {worst:?}");
+    // f32 activations have no tensor-core kernel: a pinned call is refused before launch.
+    let case = Case {
+        path: Some(DecodePath::TensorCore),
+        ..auto
+    };
+    let all = case.inputs::<f32>(1);
+    let call = all.token_slice(case.prefix, case.prefix + 1).unwrap();
+    let dev = DeviceInputs::<f32>::upload_with(&stream, &call, up_f32_nonempty);
+    let mut state = DecodeState::<f32>::new(&stream, case.config(1e-5)).unwrap();
+    state.pin_path(case.path);
+    let mut out = stream
+        .alloc_zeros::<f32>(case.config(1e-5).output_len(1))
+        .unwrap();
+    let refused = decode::step_tokens(
+        &gpu,
+        &stream,
+        &mut state,
+        &dev.weights(),
+        &dev.inputs(),
+        1,
+        &mut out,
+    );
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument { arg: "path", .. })),
+        "{refused:?}"
+    );
+}
+
 /// A call the random-geometry test drew at 2.0e-6, just over the plain f32 bound: at the first
 /// token from a zero state with rank 1, a head's outputs are the cancelling dot product q̂·k̂
 /// times row factors, and with `mean(y²)` below the norm's epsilon the fused norm passes it on
@@ -476,6 +551,20 @@ fn arb_case() -> impl Strategy<Value = Case> {
         )
 }
 
+/// A random one-token bf16 call at the tensor-core kernel's geometry (random batch, heads,
+/// groups, Na, prefix, mode, rotation, z and D), pinned to it.
+fn arb_tensor_core_case() -> impl Strategy<Value = Case> {
+    (arb_case(), 0usize..=64).prop_map(|(case, na)| Case {
+        rank: 4,
+        n: 128,
+        p: 64,
+        na,
+        tokens: 1,
+        path: Some(DecodePath::TensorCore),
+        ..case
+    })
+}
+
 /// A random one-token geometry the streaming kernel covers (N a multiple of 4 up to 128, gated
 /// or prereduce), pinned to it with a random row split.
 fn arb_streaming_case() -> impl Strategy<Value = Case> {
@@ -516,6 +605,13 @@ proptest! {
         } else {
             check::<f32>(&gpu, &stream, case, seed);
         }
+    }
+
+    #[test]
+    fn tensor_core_decode_matches_golden_over_random_geometries(case in arb_tensor_core_case(), seed in 0u64..1000) {
+        let Some(gpu) = common::gpu() else { return Ok(()) };
+        let stream = gpu.context().new_stream().unwrap();
+        check::<bf16>(&gpu, &stream, case, seed);
     }
 
     #[test]
@@ -717,21 +813,27 @@ fn chunked_decode_walking_the_batch_matches_golden() {
 fn graph_replay_is_bitwise_equal_to_eager() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
-    // Batch 1 at one token runs the register-resident kernel (rows split over blocks: the
-    // arrival counters must be back at zero for every replay), batch 4 at one token the
-    // streaming kernel with four warps of one block per (b, h) (CTA-scope counters), batch 16
-    // the streaming kernel with one warp per (b, h); four tokens run the chunked forward (state
-    // advanced in place), the case (4, 8) pinned to it; batch 12 at eight tokens the
-    // batch-walking tensor-core kernel (its blocks walk the batch rows). The eager calls are also checked against
-    // the golden step recurrence: a θ or k̂ write-back lost between calls would leave eager and
-    // graph equal but wrong.
+    // One token runs the tensor-core kernel (batches 1 and 4); pinned, batch 1 the
+    // register-resident kernel (rows split over blocks: the arrival counters must be back at
+    // zero for every replay), batch 4 the streaming kernel with four warps of one block per
+    // (b, h) (CTA-scope counters), batch 16 the streaming kernel with one warp per (b, h); four
+    // tokens run the chunked forward (state advanced in place), the case (4, 8) pinned to it;
+    // batch 12 at eight tokens the batch-walking tensor-core kernel (its blocks walk the batch
+    // rows). The eager calls are also checked against the golden step recurrence: a θ or k̂
+    // write-back lost between calls would leave eager and graph equal but wrong.
     let chunked = Some(DecodePath::Chunked);
     for (batch, tokens, pin) in [
         (1, 1, None),
+        (
+            1,
+            1,
+            Some(DecodePath::RegisterResident { rows_per_warp: 2 }),
+        ),
         (1, 4, None),
         (4, 1, None),
+        (4, 1, Some(DecodePath::Streaming { rows_per_warp: 16 })),
         (4, 4, None),
-        (16, 1, None),
+        (16, 1, Some(DecodePath::Streaming { rows_per_warp: 64 })),
         (4, 8, chunked),
         (12, 8, None),
     ] {

@@ -209,6 +209,40 @@ impl DecodeStreamSmem {
     }
 }
 
+/// Warps per block of the tensor-core decode kernel (`decode_mma_*`): one (b, h) per block, warp
+/// `w` holding state rows `16w .. 16w + 16` as `mma` accumulators.
+pub const DECODE_MMA_WARPS: u32 = 4;
+
+/// Blocks per SM the tensor-core decode kernel is built for (its launch bounds: ≤ 128 registers,
+/// 64 of them the state).
+pub const DECODE_MMA_BLOCKS_PER_SM: u32 = 4;
+
+/// The one geometry of the tensor-core decode kernel, `[R, N, P]` (any `Na ≤ N/2`): the rank
+/// packing of its update (`2R` weights and their low parts fill one 16-deep `mma` step) needs
+/// R = 4, the accumulators N = 128, and the warps P = 16·[`DECODE_MMA_WARPS`].
+pub const DECODE_MMA_GEOMETRY: [u32; 3] = [4, 128, 16 * DECODE_MMA_WARPS];
+
+/// Shared-memory layout of the tensor-core decode kernel, byte offsets from the dynamic shared
+/// base. The three bf16 tiles hold rank vectors as rows of N elements in the kernel's column
+/// order (`decode_mma::logical_column`); a row is padded by 16 bytes so that the eight row
+/// addresses of an `ldmatrix` fall in distinct banks.
+pub mod decode_mma_smem {
+    /// Bytes from one tile row to the next (N = 128 bf16 and 16 bytes of padding).
+    pub const ROW_STRIDE: u32 = 2 * 128 + 16;
+    /// Read-out operand: rows `r` = q̂ of rank `r` rounded to bf16, rows `4 + r` = the rounding
+    /// remainders of q̂ (bf16).
+    pub const Q: u32 = 0;
+    /// Update operand: rows `r` = the previous token's k̂ (the state's bf16 k), rows `4 + r` = this
+    /// token's k̂ rounded to bf16.
+    pub const K: u32 = Q + 8 * ROW_STRIDE;
+    /// Rows `r` = the rounding remainders of this token's k̂ (bf16).
+    pub const K_LO: u32 = K + 8 * ROW_STRIDE;
+    /// Fused-norm mode: each warp's sums of squared outputs per rank, `(warps, 4)` f32.
+    pub const NORM: u32 = K_LO + 4 * ROW_STRIDE;
+    /// Bytes of dynamic shared memory of one block.
+    pub const BYTES: u32 = NORM + 4 * 4 * super::DECODE_MMA_WARPS;
+}
+
 /// Shared-memory regions of the register-resident decode kernel for a block of `rows` state rows,
 /// offsets in f32 elements (each region 16-byte aligned).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -463,6 +497,13 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         prefix: "decode_stream_",
         max_threads: 32 * DECODE_STREAM_WARPS,
         min_blocks_per_sm: decode_stream_blocks_per_sm(4),
+    },
+    // The tensor-core decode holds a (b, h)'s state in registers (64 per thread): four blocks
+    // per SM keep 128 KB of state loads in flight.
+    LaunchBounds {
+        prefix: "decode_mma_",
+        max_threads: 32 * DECODE_MMA_WARPS,
+        min_blocks_per_sm: DECODE_MMA_BLOCKS_PER_SM,
     },
     // Decode at one token is bound by each block's chain of dependent loads, so throughput comes
     // from many resident blocks: five per SM (≤ 102 registers); rank 8 needs three (≤ 168).

@@ -69,6 +69,9 @@ pub enum Kernel {
     DecodeFixedF32R4N128P64Na32,
     /// Decode (state tile in shared memory) instantiated for one geometry (R=4, N=128, P=64, Na=32), bf16 activations.
     DecodeFixedBf16R4N128P64Na32,
+    /// Tensor-core decode of one token (the state as `mma` accumulators), bf16 activations,
+    /// R=4, N=128, P=64, any Na ≤ 64.
+    DecodeMmaBf16R4N128P64,
     /// Register-resident decode instantiated for one geometry (R=4, N=128, P=64, Na=32), f32 activations.
     DecodeRowsFixedF32R4N128P64Na32,
     /// Register-resident decode instantiated for one geometry (R=4, N=128, P=64, Na=32), bf16 activations.
@@ -170,7 +173,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 73] = [
+    pub const ALL: [Kernel; 74] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -206,6 +209,7 @@ impl Kernel {
         Kernel::DecodeRowsFixedF32R4N128P64Na32,
         Kernel::DecodeRowsFixedBf16R4N128P64Na32,
         Kernel::DecodeStreamFixedBf16R4N128P64Na32,
+        Kernel::DecodeMmaBf16R4N128P64,
         Kernel::ForwardFmaF32R1,
         Kernel::ForwardFmaF32R2,
         Kernel::ForwardFmaF32R4,
@@ -282,6 +286,7 @@ impl Kernel {
             Kernel::DecodeFixedF32R4N128P64Na32 => "decode_fixed_f32_r4_n128_p64_na32",
             Kernel::DecodeFixedBf16R4N128P64Na32 => "decode_fixed_bf16_r4_n128_p64_na32",
             Kernel::DecodeRowsFixedF32R4N128P64Na32 => "decode_rows_fixed_f32_r4_n128_p64_na32",
+            Kernel::DecodeMmaBf16R4N128P64 => "decode_mma_bf16_r4_n128_p64",
             Kernel::DecodeRowsFixedBf16R4N128P64Na32 => "decode_rows_fixed_bf16_r4_n128_p64_na32",
             Kernel::DecodeStreamFixedBf16R4N128P64Na32 => {
                 "decode_stream_fixed_bf16_r4_n128_p64_na32"
@@ -361,6 +366,19 @@ impl Kernel {
     /// The streaming decode kernel for an activation dtype and rank, if instantiated.
     pub fn decode_stream(dtype: crate::Dtype, rank: usize) -> Option<Kernel> {
         ranked(&DECODE_STREAM, dtype, rank)
+    }
+
+    /// The tensor-core one-token decode kernel for an activation dtype, rank, state size and head
+    /// dim, if instantiated (bf16 at `mamba3_abi::DECODE_MMA_GEOMETRY`, any Na ≤ N/2).
+    pub fn decode_tensor_core(
+        dtype: crate::Dtype,
+        rank: usize,
+        state_dim: usize,
+        head_dim: usize,
+    ) -> Option<Kernel> {
+        let [r, n, p] = mamba3_abi::DECODE_MMA_GEOMETRY.map(|d| d as usize);
+        (dtype == crate::Dtype::Bf16 && (rank, state_dim, head_dim) == (r, n, p))
+            .then_some(Kernel::DecodeMmaBf16R4N128P64)
     }
 
     /// The chunked-forward kernel for an activation dtype and rank, if instantiated.

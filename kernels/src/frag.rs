@@ -23,6 +23,22 @@ pub const fn b_k16n8(lane: u32, i: u32) -> (u32, u32) {
     (quad * 2 + (i % 2) + 8 * (i / 2), group)
 }
 
+/// Element (row, col) of the 16×8 bf16 A tile of `mma.m16n8k8` held by `lane` in element slot
+/// `i` (0..4; slots 2j and 2j+1 are the low and high halves of register j).
+#[inline(always)]
+pub const fn a_m16k8(lane: u32, i: u32) -> (u32, u32) {
+    let (group, quad) = (lane / 4, lane % 4);
+    (group + 8 * (i / 2), quad * 2 + (i % 2))
+}
+
+/// Element (k, n) of the 8×8 bf16 B tile of `mma.m16n8k8` held by `lane` in element slot `i`
+/// (0..2, the low and high halves of its one register).
+#[inline(always)]
+pub const fn b_k8n8(lane: u32, i: u32) -> (u32, u32) {
+    let (group, quad) = (lane / 4, lane % 4);
+    (quad * 2 + i, group)
+}
+
 /// Element (row, col) of the 16×8 f32 accumulator held by `lane` in slot `i` (0..4).
 #[inline(always)]
 pub const fn acc_m16n8(lane: u32, i: u32) -> (u32, u32) {

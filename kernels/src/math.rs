@@ -1,6 +1,6 @@
 //! Scalar device math that must hold float32 accuracy.
 
-use crate::arch::float::{fma_rn, round_nearest};
+use crate::arch::float::{fma_rn, pack_bf16x2, round_nearest};
 
 /// 2/π rounded to f32.
 const TWO_OVER_PI: f32 = 0.636_619_8;
@@ -104,4 +104,14 @@ pub fn tanh_rcp(x: f32) -> f32 {
 #[inline(always)]
 pub fn rsqrt(x: f32) -> f32 {
     1.0 / crate::arch::float::sqrt_rn(x)
+}
+
+/// A pair of f32 as packed bf16 `hi` (rounded to nearest) and the packed bf16 of the remainders
+/// `lo`: `hi + lo` holds each value to about 2^-16 of itself, so two bf16 `mma` passes
+/// (`hi·b + lo·b`) keep a product far more accurate than one.
+#[inline(always)]
+pub fn split_bf16x2(x0: f32, x1: f32) -> (u32, u32) {
+    let hi = pack_bf16x2(x0, x1);
+    let (h0, h1) = (f32::from_bits(hi << 16), f32::from_bits(hi & 0xffff_0000));
+    (hi, pack_bf16x2(x0 - h0, x1 - h1))
 }

@@ -21,10 +21,10 @@
 //! columns past the output are clamped for loading and never stored; depths outside a term's
 //! range are clamped for loading and their A elements replaced by zero.
 
-use crate::arch::float::pack_bf16x2;
 use crate::arch::mma::{mma_m16n8k16_bf16_f32, mma_m16n8k8_tf32_f32};
 use crate::arch::sreg::ld_shared_f32;
 use crate::frag::{acc_m16n8, mma_k32_lane};
+use crate::math::split_bf16x2;
 use crate::tile_mac::{Operand, RowSpan, Summed};
 
 /// One warp tile: rows `row0 .. row0 + 16` and columns `col0 .. col0 + 8·NB` of an output of
@@ -153,14 +153,6 @@ fn tf32_rounded(x: f32) -> u32 {
     x.to_bits().wrapping_add(0x1000)
 }
 
-/// A pair of f32 as packed bf16 `hi` and the packed bf16 of the remainders `lo`.
-#[inline(always)]
-fn split_pair(x0: f32, x1: f32) -> (u32, u32) {
-    let hi = pack_bf16x2(x0, x1);
-    let (h0, h1) = (f32::from_bits(hi << 16), f32::from_bits(hi & 0xffff_0000));
-    (hi, pack_bf16x2(x0 - h0, x1 - h1))
-}
-
 /// One 4-deep step of [`mma_mac`] for this lane's depths `k_lane .. k_lane + 4`; `MASKED` clamps
 /// every depth into `ks` and zeroes A outside it. `SPLIT = false`: two `mma.m16n8k8` on TF32
 /// operands of two depths each (the lane's quad position `q` of A's and B's depth axis holds
@@ -204,16 +196,16 @@ unsafe fn step<const NB: usize, const MASKED: bool, const SPLIT: bool>(
     let load_b = |nb: usize, j: u32| unsafe { ld_shared_f32(at_b.at(nb, depth(j).0)) };
     if SPLIT {
         let a_pairs = [
-            split_pair(load_a(0, 0), load_a(0, 1)),
-            split_pair(load_a(1, 0), load_a(1, 1)),
-            split_pair(load_a(0, 2), load_a(0, 3)),
-            split_pair(load_a(1, 2), load_a(1, 3)),
+            split_bf16x2(load_a(0, 0), load_a(0, 1)),
+            split_bf16x2(load_a(1, 0), load_a(1, 1)),
+            split_bf16x2(load_a(0, 2), load_a(0, 3)),
+            split_bf16x2(load_a(1, 2), load_a(1, 3)),
         ];
         let a_hi = [a_pairs[0].0, a_pairs[1].0, a_pairs[2].0, a_pairs[3].0];
         let a_lo = [a_pairs[0].1, a_pairs[1].1, a_pairs[2].1, a_pairs[3].1];
         for (nb, acc_nb) in acc.iter_mut().enumerate() {
-            let (b0_hi, b0_lo) = split_pair(load_b(nb, 0), load_b(nb, 1));
-            let (b1_hi, b1_lo) = split_pair(load_b(nb, 2), load_b(nb, 3));
+            let (b0_hi, b0_lo) = split_bf16x2(load_b(nb, 0), load_b(nb, 1));
+            let (b1_hi, b1_lo) = split_bf16x2(load_b(nb, 2), load_b(nb, 3));
             mma_m16n8k16_bf16_f32(acc_nb, a_lo, [b0_hi, b1_hi]);
             mma_m16n8k16_bf16_f32(acc_nb, a_hi, [b0_lo, b1_lo]);
             mma_m16n8k16_bf16_f32(acc_nb, a_hi, [b0_hi, b1_hi]);

@@ -193,6 +193,8 @@ pub mod arch {
     pub mod mma {
         use std::sync::atomic::Ordering;
 
+        #[allow(unused_imports)] // used by the decode test only
+        pub use super::mma_bf16_k8::mma_m16n8k8_bf16_f32;
         #[allow(unused_imports)] // unused by the decode test
         pub use super::mma_tf32::mma_m16n8k8_tf32_f32;
 
@@ -229,6 +231,48 @@ pub mod arch {
                 let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
                 let mut sum = 0.0f32;
                 for k in 0..16 {
+                    sum += am[r as usize][k] * bm[k][c as usize];
+                }
+                *v += sum;
+            }
+        }
+    }
+
+    /// As `mma` above for `mma.m16n8k8` bf16 (A 16×8, B 8×8).
+    pub mod mma_bf16_k8 {
+        use std::sync::atomic::Ordering;
+
+        pub fn mma_m16n8k8_bf16_f32(acc: &mut [f32; 4], a: [u32; 2], b: u32) {
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            let lane = tid % 32;
+            for (j, v) in a.iter().chain([b].iter()).enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let half = |v: u32, hi: bool| -> f32 {
+                f32::from_bits(if hi { v & 0xffff_0000 } else { v << 16 })
+            };
+            let mut am = [[0.0f32; 8]; 16];
+            let mut bm = [[0.0f32; 8]; 8];
+            for l in 0..32u32 {
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                for i in 0..4u32 {
+                    let (r, c) = super::super::frag::a_m16k8(l, i);
+                    am[r as usize][c as usize] = half(slot((i / 2) as usize), i % 2 == 1);
+                }
+                for i in 0..2u32 {
+                    let (k, n) = super::super::frag::b_k8n8(l, i);
+                    bm[k as usize][n as usize] = half(slot(2), i % 2 == 1);
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (s, v) in acc.iter_mut().enumerate() {
+                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let mut sum = 0.0f32;
+                for k in 0..8 {
                     sum += am[r as usize][k] * bm[k][c as usize];
                 }
                 *v += sum;

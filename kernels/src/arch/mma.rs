@@ -29,6 +29,30 @@ pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
     };
 }
 
+/// `mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32` (PTX ISA §9.7.13.4.8, sm_80):
+/// `D = A·B + C` with A 16×8 bf16 (row), B 8×8 bf16 (col), C and D 16×8 f32, accumulated in place.
+///
+/// `a` holds 2 registers of two packed bf16 each, `b` one such register, `acc` the 4 f32 of C/D
+/// (lane maps: [`crate::frag::a_m16k8`], [`crate::frag::b_k8n8`]).
+#[inline(always)]
+pub fn mma_m16n8k8_bf16_f32(acc: &mut [f32; 4], a: [u32; 2], b: u32) {
+    // SAFETY: register-only warp instruction; all 32 lanes of the warp execute it together.
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32",
+            "{{{d0}, {d1}, {d2}, {d3}}},",  // D
+            "{{{a0}, {a1}}},",              // A
+            "{{{b0}}},",                    // B
+            "{{{d0}, {d1}, {d2}, {d3}}};",  // C (= D, accumulate in place)
+            d0 = inout(reg32) acc[0], d1 = inout(reg32) acc[1],
+            d2 = inout(reg32) acc[2], d3 = inout(reg32) acc[3],
+            a0 = in(reg32) a[0], a1 = in(reg32) a[1],
+            b0 = in(reg32) b,
+            options(nomem, nostack)
+        )
+    };
+}
+
 /// `mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32` (PTX ISA §9.7.13.4.8, sm_80):
 /// `D = A·B + C` with A 16×8 tf32 (row), B 8×8 tf32 (col), C and D 16×8 f32, accumulated in place.
 ///
