@@ -7,6 +7,7 @@
 //! rounding of the (reduced) angle to f32 before `sincos`.
 
 use crate::arch::float::{fma_rn, fma_rn_f64, rcp_approx};
+use crate::arch::sreg::shfl_idx_f32;
 
 /// `e^y` in f64 for `0 ≤ y ≤ 64`, relative error ~2e-16: `y = k·ln 2 + r` with a two-part
 /// `ln 2`, then a degree-13 Taylor polynomial on `|r| ≤ ln 2 / 2` in fused multiply-adds, and a
@@ -166,4 +167,21 @@ pub fn reduced_near_f32(x: f64) -> f32 {
 #[inline(always)]
 pub fn rotate_pair(a: f32, b: f32, c: f32, s: f32) -> (f32, f32) {
     (fma_rn(a, c, -(b * s)), fma_rn(a, s, b * c))
+}
+
+/// The sine and cosine of angle `i` (`i < 64`) from the warp, lane `l` holding those of angles
+/// `l` and `l + 32` in `held` (the second only read when `two_sets`, i.e. `Na > 32`): the decode
+/// kernels advance each angle once per warp and hand it to the lanes whose columns it rotates.
+/// Every lane of the warp calls it together.
+#[inline(always)]
+pub fn warp_sincos(held: [(f32, f32); 2], i: u32, two_sets: bool) -> (f32, f32) {
+    let from = i % 32;
+    let mut sc = (shfl_idx_f32(held[0].0, from), shfl_idx_f32(held[0].1, from));
+    if two_sets {
+        let second = (shfl_idx_f32(held[1].0, from), shfl_idx_f32(held[1].1, from));
+        if i >= 32 {
+            sc = second;
+        }
+    }
+    sc
 }

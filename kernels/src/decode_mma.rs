@@ -38,7 +38,7 @@ use mamba3_abi::{
 };
 
 use crate::angles::{
-    angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32, wrap_two_pi_f64,
+    angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32, warp_sincos, wrap_two_pi_f64,
 };
 use crate::arch::float::pack_bf16x2;
 use crate::arch::global::{
@@ -47,8 +47,8 @@ use crate::arch::global::{
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::{mma_m16n8k16_bf16_f32, mma_m16n8k8_bf16_f32};
 use crate::arch::sreg::{
-    block_x, ld_shared_f32, shfl_idx_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
-    sync_threads, thread_x,
+    block_x, ld_shared_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32, sync_threads,
+    thread_x,
 };
 use crate::elem::{Bf16, Elem};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos, split_bf16x2};
@@ -218,20 +218,7 @@ pub unsafe fn decode_mma(prm: &DecodeParams) {
         let (mut first, mut second) = to_pairs(biased, half_split);
         for e in 0..4 {
             let j = 4 * chunk + e as u32;
-            let from = j % 32;
-            let (mut s, mut c) = (
-                shfl_idx_f32(angle_sincos[0].0, from),
-                shfl_idx_f32(angle_sincos[0].1, from),
-            );
-            if na > 32 {
-                let (s1, c1) = (
-                    shfl_idx_f32(angle_sincos[1].0, from),
-                    shfl_idx_f32(angle_sincos[1].1, from),
-                );
-                if j >= 32 {
-                    (s, c) = (s1, c1);
-                }
-            }
+            let (s, c) = warp_sincos(angle_sincos, j, na > 32);
             if j < na {
                 (first[e], second[e]) = rotate_pair(first[e], second[e], c, s);
             }

@@ -39,7 +39,7 @@ use mamba3_abi::{
     DECODE_STREAM_DEPTH, DECODE_STREAM_GROUP, DECODE_STREAM_WARPS,
 };
 
-use crate::angles::{advance, reduced_f32, stored_f32};
+use crate::angles::{advance, reduced_f32, stored_f32, warp_sincos};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
@@ -47,7 +47,7 @@ use crate::arch::global::{
     st_global_f32, st_global_u32, st_global_v4_f32,
 };
 use crate::arch::sreg::{
-    block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, shfl_idx_f32, smem_base, st_shared_f32,
+    block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32,
     st_shared_v4_f32, sync_threads, sync_warp, thread_x,
 };
 use crate::elem::{ldg, Elem};
@@ -319,20 +319,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         for e in 0..4 {
             let c = load_col + e as u32;
             let i = if pairwise { c / 2 } else { c % half_n };
-            let from = i % 32;
-            let (mut s, mut c) = (
-                shfl_idx_f32(angle_sincos[0].0, from),
-                shfl_idx_f32(angle_sincos[0].1, from),
-            );
-            if na > 32 {
-                let (s1, c1) = (
-                    shfl_idx_f32(angle_sincos[1].0, from),
-                    shfl_idx_f32(angle_sincos[1].1, from),
-                );
-                if i >= 32 {
-                    (s, c) = (s1, c1);
-                }
-            }
+            let (s, c) = warp_sincos(angle_sincos, i, na > 32);
             if active && i < na {
                 (sin[e], cos[e]) = (s, c);
             }

@@ -190,138 +190,93 @@ pub mod arch {
         }
     }
 
+    /// Emulated `mma.sync`: the warp's 32 lanes post their operand registers, then each lane
+    /// rebuilds the whole A (16 × K) and B (K × 8) tiles through the fragment maps of
+    /// `crate::frag` and forms its four accumulator elements (f32 sums in depth order).
     pub mod mma {
         use std::sync::atomic::Ordering;
 
-        #[allow(unused_imports)] // used by the decode test only
-        pub use super::mma_bf16_k8::mma_m16n8k8_bf16_f32;
-        #[allow(unused_imports)] // unused by the decode test
-        pub use super::mma_tf32::mma_m16n8k8_tf32_f32;
+        use super::super::frag;
 
-        /// The warp's 32 lanes post their operand registers, then each lane forms its four
-        /// accumulator elements from the whole A and B tiles rebuilt through the fragment maps.
-        pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
-            let warp = (tid / 32) as usize;
-            let lane = tid % 32;
-            for (j, v) in a.iter().chain(b.iter()).enumerate() {
-                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
-            }
-            launch.warp_barriers[warp].wait();
-            let half = |v: u32, hi: bool| -> f32 {
-                f32::from_bits(if hi { v & 0xffff_0000 } else { v << 16 })
-            };
-            let mut am = [[0.0f32; 16]; 16];
-            let mut bm = [[0.0f32; 8]; 16];
-            for l in 0..32u32 {
-                let slot = |j: usize| {
-                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
-                };
-                for i in 0..8u32 {
-                    let (r, c) = super::super::frag::a_m16k16(l, i);
-                    am[r as usize][c as usize] = half(slot((i / 2) as usize), i % 2 == 1);
-                }
-                for i in 0..4u32 {
-                    let (k, n) = super::super::frag::b_k16n8(l, i);
-                    bm[k as usize][n as usize] = half(slot(4 + (i / 2) as usize), i % 2 == 1);
-                }
-            }
-            launch.warp_barriers[warp].wait();
-            for (s, v) in acc.iter_mut().enumerate() {
-                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
-                let mut sum = 0.0f32;
-                for k in 0..16 {
-                    sum += am[r as usize][k] * bm[k][c as usize];
-                }
-                *v += sum;
-            }
+        /// Element `e` (0 low, 1 high) of a register of two packed bf16.
+        fn bf16_operand(bits: u32, e: u32) -> f32 {
+            f32::from_bits(if e == 1 {
+                bits & 0xffff_0000
+            } else {
+                bits << 16
+            })
         }
-    }
-
-    /// As `mma` above for `mma.m16n8k8` bf16 (A 16×8, B 8×8).
-    pub mod mma_bf16_k8 {
-        use std::sync::atomic::Ordering;
-
-        pub fn mma_m16n8k8_bf16_f32(acc: &mut [f32; 4], a: [u32; 2], b: u32) {
-            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
-            let warp = (tid / 32) as usize;
-            let lane = tid % 32;
-            for (j, v) in a.iter().chain([b].iter()).enumerate() {
-                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
-            }
-            launch.warp_barriers[warp].wait();
-            let half = |v: u32, hi: bool| -> f32 {
-                f32::from_bits(if hi { v & 0xffff_0000 } else { v << 16 })
-            };
-            let mut am = [[0.0f32; 8]; 16];
-            let mut bm = [[0.0f32; 8]; 8];
-            for l in 0..32u32 {
-                let slot = |j: usize| {
-                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
-                };
-                for i in 0..4u32 {
-                    let (r, c) = super::super::frag::a_m16k8(l, i);
-                    am[r as usize][c as usize] = half(slot((i / 2) as usize), i % 2 == 1);
-                }
-                for i in 0..2u32 {
-                    let (k, n) = super::super::frag::b_k8n8(l, i);
-                    bm[k as usize][n as usize] = half(slot(2), i % 2 == 1);
-                }
-            }
-            launch.warp_barriers[warp].wait();
-            for (s, v) in acc.iter_mut().enumerate() {
-                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
-                let mut sum = 0.0f32;
-                for k in 0..8 {
-                    sum += am[r as usize][k] * bm[k][c as usize];
-                }
-                *v += sum;
-            }
-        }
-    }
-
-    /// As `mma` above for `mma.m16n8k8` tf32 (A 16×8, B 8×8 of f32 bit patterns).
-    pub mod mma_tf32 {
-        use std::sync::atomic::Ordering;
 
         /// A TF32 operand register as the tensor core reads it: its top 19 bits (the low 13
         /// mantissa bits dropped).
-        fn tf32_operand(bits: u32) -> f32 {
+        fn tf32_operand(bits: u32, _: u32) -> f32 {
             f32::from_bits(bits & !0x1fff)
         }
 
-        pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+        /// One warp-wide `mma` of depth `K` whose registers hold `per_reg` elements each:
+        /// element `i` of a lane's A (B) fragment is element `i % per_reg` of its register
+        /// `i / per_reg`, at the (row, column) `a_at(lane, i)` (`b_at`) of its tile.
+        fn warp_mma<const K: usize>(
+            acc: &mut [f32; 4],
+            a: &[u32],
+            b: &[u32],
+            per_reg: u32,
+            a_at: fn(u32, u32) -> (u32, u32),
+            b_at: fn(u32, u32) -> (u32, u32),
+            operand: fn(u32, u32) -> f32,
+        ) {
             let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
             let warp = (tid / 32) as usize;
             let lane = tid % 32;
-            for (j, v) in a.iter().chain(b.iter()).enumerate() {
+            for (j, v) in a.iter().chain(b).enumerate() {
                 launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
             }
             launch.warp_barriers[warp].wait();
-            let mut am = [[0.0f32; 8]; 16];
-            let mut bm = [[0.0f32; 8]; 8];
+            let mut am = [[0.0f32; K]; 16];
+            let mut bm = [[0.0f32; 8]; K];
             for l in 0..32u32 {
                 let slot = |j: usize| {
                     launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
                 };
-                for i in 0..4u32 {
-                    let (r, c) = super::super::frag::a_m16k8_tf32(l, i);
-                    am[r as usize][c as usize] = tf32_operand(slot(i as usize));
+                for i in 0..a.len() as u32 * per_reg {
+                    let (r, c) = a_at(l, i);
+                    am[r as usize][c as usize] = operand(slot((i / per_reg) as usize), i % per_reg);
                 }
-                for i in 0..2u32 {
-                    let (k, n) = super::super::frag::b_k8n8_tf32(l, i);
-                    bm[k as usize][n as usize] = tf32_operand(slot(4 + i as usize));
+                for i in 0..b.len() as u32 * per_reg {
+                    let (k, n) = b_at(l, i);
+                    bm[k as usize][n as usize] =
+                        operand(slot(a.len() + (i / per_reg) as usize), i % per_reg);
                 }
             }
             launch.warp_barriers[warp].wait();
             for (s, v) in acc.iter_mut().enumerate() {
-                let (r, c) = super::super::frag::acc_m16n8(lane, s as u32);
+                let (r, c) = frag::acc_m16n8(lane, s as u32);
                 let mut sum = 0.0f32;
-                for k in 0..8 {
+                for k in 0..K {
                     sum += am[r as usize][k] * bm[k][c as usize];
                 }
                 *v += sum;
             }
+        }
+
+        pub fn mma_m16n8k16_bf16_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            warp_mma::<16>(acc, &a, &b, 2, frag::a_m16k16, frag::b_k16n8, bf16_operand);
+        }
+
+        pub fn mma_m16n8k8_bf16_f32(acc: &mut [f32; 4], a: [u32; 2], b: u32) {
+            warp_mma::<8>(acc, &a, &[b], 2, frag::a_m16k8, frag::b_k8n8, bf16_operand);
+        }
+
+        pub fn mma_m16n8k8_tf32_f32(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            warp_mma::<8>(
+                acc,
+                &a,
+                &b,
+                1,
+                frag::a_m16k8_tf32,
+                frag::b_k8n8_tf32,
+                tf32_operand,
+            );
         }
     }
 
