@@ -7,6 +7,7 @@
 //! rounding of the (reduced) angle to f32 before `sincos`.
 
 use crate::arch::float::{fma_rn, fma_rn_f64, rcp_approx};
+use crate::arch::global::{ld_global_f32, ld_global_nc_f32};
 use crate::arch::sreg::shfl_idx_f32;
 
 /// `e^y` in f64 for `0 ≤ y ≤ 64`, relative error ~2e-16: `y = k·ln 2 + r` with a two-part
@@ -184,4 +185,31 @@ pub fn warp_sincos(held: [(f32, f32); 2], i: u32, two_sets: bool) -> (f32, f32) 
         }
     }
     sc
+}
+
+/// The decode kernels' per-lane angle inputs: lane `lane` reads the carried θ and the raw logit of
+/// angles `lane` and `lane + 32` (zeros past `na`) of the (b, h) whose `na` angles start at
+/// element `first` of the f32 tensors at `theta` and `logits` (the layout [`warp_sincos`] serves).
+///
+/// # Safety
+/// Elements `first .. first + na` of both tensors must be readable; no thread of the launch
+/// writes the logits.
+#[inline(always)]
+pub unsafe fn lane_angle_inputs(
+    theta: u64,
+    logits: u64,
+    first: u32,
+    na: u32,
+    lane: u32,
+) -> [[f32; 2]; 2] {
+    core::array::from_fn(|a| {
+        let i = lane + 32 * a as u32;
+        if i < na {
+            let at = 4 * (first + i) as u64;
+            // SAFETY: inside the caller's range.
+            unsafe { [ld_global_f32(theta + at), ld_global_nc_f32(logits + at)] }
+        } else {
+            [0.0; 2]
+        }
+    })
 }

@@ -38,12 +38,11 @@ use mamba3_abi::{
 };
 
 use crate::angles::{
-    angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32, warp_sincos, wrap_two_pi_f64,
+    angle_increment_f32, lane_angle_inputs, reduced_near_f32, rotate_pair, stored_f32, warp_sincos,
+    wrap_two_pi_f64,
 };
 use crate::arch::float::pack_bf16x2;
-use crate::arch::global::{
-    ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_v4_f32,
-};
+use crate::arch::global::{ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_v4_f32};
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::{mma_m16n8k16_bf16_f32, mma_m16n8k8_bf16_f32};
 use crate::arch::sreg::{
@@ -156,17 +155,7 @@ pub unsafe fn decode_mma(prm: &DecodeParams) {
         let dt = ld_global_nc_f32(gf(prm.dt, bh));
         let adt = ld_global_nc_f32(gf(prm.adt, bh));
         let trap = Bf16::load(prm.trap, bh as usize);
-        let angle_inputs: [[f32; 2]; 2] = core::array::from_fn(|a| {
-            let i = lane + 32 * a as u32;
-            if i < na {
-                [
-                    ld_global_f32(gf(prm.theta, bh * na + i)),
-                    ld_global_nc_f32(gf(prm.angles, bh * na + i)),
-                ]
-            } else {
-                [0.0; 2]
-            }
-        });
+        let angle_inputs = lane_angle_inputs(prm.theta, prm.angles, bh * na, na, lane);
         let (src, bias) = if is_k {
             (prm.k, prm.k_bias)
         } else {

@@ -39,12 +39,12 @@ use mamba3_abi::{
     DECODE_STREAM_DEPTH, DECODE_STREAM_GROUP, DECODE_STREAM_WARPS,
 };
 
-use crate::angles::{advance, reduced_f32, stored_f32, warp_sincos};
+use crate::angles::{advance, lane_angle_inputs, reduced_f32, stored_f32, warp_sincos};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16, wait_group};
 use crate::arch::float::fma_rn;
 use crate::arch::global::{
-    atom_add_acq_rel_cta_u32, atom_add_acq_rel_gpu_u32, ld_global_f32, ld_global_nc_f32,
-    st_global_f32, st_global_u32, st_global_v4_f32,
+    atom_add_acq_rel_cta_u32, atom_add_acq_rel_gpu_u32, ld_global_nc_f32, st_global_f32,
+    st_global_u32, st_global_v4_f32,
 };
 use crate::arch::sreg::{
     block_x, ld_shared_f32, ld_shared_v4_f32, opaque_u32, smem_base, st_shared_f32,
@@ -160,17 +160,7 @@ pub unsafe fn decode_stream<X: Elem, const R: usize, G: Geometry>(prm: &DecodePa
         let adt = ld_global_nc_f32(gf(prm.adt, bh));
         let trap = X::load(prm.trap, bh as usize);
         // This lane's two angles: old θ and the logit, loaded with the rest.
-        let angle_inputs: [[f32; 2]; 2] = core::array::from_fn(|a| {
-            let i = lane + 32 * a as u32;
-            if i < na {
-                [
-                    ld_global_f32(gf(prm.theta, bh * na + i)),
-                    ld_global_nc_f32(gf(prm.angles, bh * na + i)),
-                ]
-            } else {
-                [0.0; 2]
-            }
-        });
+        let angle_inputs = lane_angle_inputs(prm.theta, prm.angles, bh * na, na, lane);
         // --- q̂, k̂ and k̂_prev of this lane's columns, two ranks at a time into the warp's region ---
         let pairwise = prm.rotation == rotation::PAIRWISE;
         // A rolled loop over rank pairs keeps two ranks' loads in flight together (one memory
