@@ -212,7 +212,7 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
     );
     // T = 3 and 4 locate the crossover to the chunked path (`decode::CHUNKED_MIN_TOKENS`).
     if dtype_selected("bf16") {
-        bench_decode_dtype::<bf16>(gpu, stream, &weights, &[1, 3, 4, 8], &mut rng);
+        bench_decode_dtype::<bf16>(gpu, stream, &weights, &[1, 2, 3, 4, 8], &mut rng);
     }
     // f32 activations at T = 3, 4 and 8: the chunked path (pinned) runs the TF32 forward there.
     if dtype_selected("f32") {

@@ -42,13 +42,18 @@ fn general(batch: usize) -> DecodeConfig {
 
 #[test]
 fn small_batches_run_the_register_resident_kernel() {
+    // (bf16 calls at these geometries run the tensor-core step: f32 here, bf16 at another rank.)
+    let rank2 = |batch| DecodeConfig {
+        rank: 2,
+        ..reference(batch)
+    };
     assert_eq!(
-        reference(1).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
-        ["decode_rows_fixed_bf16_r4_n128_p64_na32"]
+        reference(1).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        ["decode_rows_fixed_f32_r4_n128_p64_na32"]
     );
     assert_eq!(
-        general(1).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
-        ["decode_rows_bf16_r4"]
+        rank2(1).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
+        ["decode_rows_bf16_r2"]
     );
     assert_eq!(
         reference(2).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
@@ -60,12 +65,12 @@ fn small_batches_run_the_register_resident_kernel() {
     );
     assert_eq!(REGISTER_RESIDENT_MAX_SEQUENCE_HEADS, 128);
     assert_eq!(
-        reference(3).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
-        ["decode_fixed_bf16_r4_n128_p64_na32"]
+        reference(3).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     assert_eq!(
-        general(3).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
-        ["decode_bf16_r4"]
+        rank2(3).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
+        ["decode_bf16_r2"]
     );
     assert_eq!(
         reference(256).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
@@ -88,16 +93,14 @@ fn small_batches_run_the_register_resident_kernel() {
         },
     ] {
         assert!(!c.register_resident(), "{c:?}");
-        // The fused-norm case keeps the fixed geometry: its shared-tile instantiation runs.
+        // The fused-norm case keeps the fixed geometry: its shared-tile instantiation runs for
+        // f32 (bf16 there is the tensor-core step's).
         let shared = if c.mode == OutputMode::FusedNorm {
-            "decode_fixed_bf16_r4_n128_p64_na32"
+            "decode_fixed_f32_r4_n128_p64_na32"
         } else {
-            "decode_bf16_r4"
+            "decode_f32_r4"
         };
-        assert_eq!(
-            c.dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
-            [shared]
-        );
+        assert_eq!(c.dispatch_paths::<f32>(2, H200_SHARED_MEMORY), [shared]);
         let (r, n, p, na) = (
             c.rank as u32,
             c.state_dim as u32,
@@ -139,8 +142,8 @@ fn rows_spread_over_the_sms_at_small_batch() {
     );
 }
 
-/// One bf16 token at R = 4, N = 128, P = 64 runs the tensor-core kernel at every batch and Na;
-/// f32, several tokens and other geometries keep the other kernels.
+/// One or two bf16 tokens at R = 4, N = 128, P = 64 run the tensor-core kernel at every batch and
+/// Na (two through its token-loop entry); f32 and other geometries keep the other kernels.
 #[test]
 fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
     use half::bf16;
@@ -157,7 +160,16 @@ fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
             );
             assert!(c.prefers_tensor_core::<bf16>(1));
             assert!(!c.prefers_tensor_core::<f32>(1), "{c:?}");
-            assert!(!c.prefers_tensor_core::<bf16>(2), "{c:?}");
+            assert_eq!(
+                c.path::<bf16>(2, 132, H200_SHARED_MEMORY),
+                DecodePath::TensorCore,
+                "{c:?}"
+            );
+            assert_eq!(
+                c.dispatch_paths::<bf16>(2, H200_SHARED_MEMORY),
+                ["decode_mma_tokens_bf16_r4_n128_p64"]
+            );
+            assert!(!c.prefers_tensor_core::<f32>(2), "{c:?}");
         }
     }
     // Fused norm too (the block holds all of P).
@@ -192,12 +204,16 @@ fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
             DecodePath::Streaming { .. }
         ));
     }
-    // A pinned tensor-core path needs one token.
+    // A pinned tensor-core path takes any token count from one.
+    assert!(reference(8).check_path(DecodePath::TensorCore, 9).is_ok());
     let err = reference(8)
-        .check_path(DecodePath::TensorCore, 2)
+        .check_path(DecodePath::TensorCore, 0)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("path") && err.contains("one token"), "{err}");
+    assert!(
+        err.contains("path") && err.contains("at least one token"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -422,10 +438,19 @@ fn multi_token_calls_run_the_chunked_forward() {
             .map(|k| k.symbol()),
         Some("forward_fma_bf16_r4")
     );
-    // The tensor-core kernel's 109 KB exceed an sm_86 GPU's 99 KB: the per-token kernels run.
+    // The tensor-core forward's 109 KB exceed an sm_86 GPU's 99 KB: the tensor-core step runs
+    // (12 KB), or at another rank the per-token kernels.
     assert!(!reference(1).prefers_chunked::<bf16>(8, SM86_SHARED_MEMORY));
     assert_eq!(
         reference(1).path::<bf16>(8, 132, SM86_SHARED_MEMORY),
+        DecodePath::TensorCore
+    );
+    assert_eq!(
+        DecodeConfig {
+            rank: 2,
+            ..reference(1)
+        }
+        .path::<bf16>(8, 132, SM86_SHARED_MEMORY),
         DecodePath::RegisterResident { rows_per_warp: 2 }
     );
 }

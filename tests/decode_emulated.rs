@@ -17,8 +17,8 @@ use mamba3::golden::{
     self, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
 use mamba3_abi::{
-    decode_mma_smem, DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem, DECODE_MMA_WARPS,
-    DECODE_ROWS_WARPS, DECODE_STREAM_WARPS, DECODE_WARPS,
+    decode_mma_smem, decode_mma_tokens_smem, DecodeParams, DecodeRowsSmem, DecodeSmem,
+    DecodeStreamSmem, DECODE_MMA_WARPS, DECODE_ROWS_WARPS, DECODE_STREAM_WARPS, DECODE_WARPS,
 };
 
 use common::{angle_rel_err, quantize, rel_err, round_act, round_f32};
@@ -55,6 +55,11 @@ mod decode_stream;
 #[allow(clippy::all)]
 #[path = "../kernels/src/decode_mma.rs"]
 mod decode_mma;
+
+#[rustfmt::skip]
+#[allow(clippy::all)]
+#[path = "../kernels/src/decode_mma_tokens.rs"]
+mod decode_mma_tokens;
 
 /// Tokens of the golden prefix that produces the starting state, unless a case says otherwise.
 const PREFIX: usize = 2;
@@ -126,8 +131,11 @@ enum Kernel {
     Rows(u32),
     /// `decode_stream.rs` with this many rows per warp (rows of a (b, h) split over warps).
     Stream(u32),
-    /// `decode_mma.rs`: one token, bf16, R=4 N=128 P=64, the state as `mma` accumulators.
+    /// `decode_mma.rs` (one token) or `decode_mma_tokens.rs` (more): bf16, R=4 N=128 P=64, the
+    /// state as `mma` accumulators.
     Mma,
+    /// `decode_mma_tokens.rs` at any token count.
+    MmaTokens,
 }
 
 /// Runs the emulated kernel over the `T` tokens of `call` from `state` (both already quantized);
@@ -167,7 +175,7 @@ fn run_emulated(
     let out = mem.put_act(&vec![0.0; out_len], bf16, "out");
     let arrivals = mem.put(&vec![0u8; 4 * g.batch * g.heads], "arrivals");
     let rows_per_warp = match kernel {
-        Kernel::Shared | Kernel::Mma => 0,
+        Kernel::Shared | Kernel::Mma | Kernel::MmaTokens => 0,
         Kernel::Rows(rows) | Kernel::Stream(rows) => rows,
     };
 
@@ -241,7 +249,7 @@ fn run_emulated(
             Some(row.register_resident) != mamba3::Kernel::decode_rows(dtype, g.rank)
         }
         Kernel::Stream(_) => Some(row.streaming) != mamba3::Kernel::decode_stream(dtype, g.rank),
-        Kernel::Mma => false,
+        Kernel::Mma | Kernel::MmaTokens => false,
     });
     assert!(
         !fixed || (g.rank, g.state_dim, g.head_dim, g.num_angles) == (4, 128, 64, 32),
@@ -296,18 +304,29 @@ fn run_emulated(
                 || unsafe { by_dtype_and_rank!(decode_stream::decode_stream) },
             );
         }
-        Kernel::Mma => {
+        Kernel::Mma | Kernel::MmaTokens => {
             assert!(bf16, "the tensor-core decode takes bf16 activations only");
+            let one = kernel == Kernel::Mma && params.tokens == 1;
             emulation::run_grid(
                 ((g.batch * g.heads) as u32, 1),
                 32 * DECODE_MMA_WARPS as usize,
-                decode_mma_smem::BYTES as usize / 4,
+                if one {
+                    decode_mma_smem::BYTES as usize / 4
+                } else {
+                    decode_mma_tokens_smem::BYTES as usize / 4
+                },
                 &mem.buffers,
-                || unsafe { decode_mma::decode_mma(&params) },
+                || unsafe {
+                    if one {
+                        decode_mma::decode_mma(&params)
+                    } else {
+                        decode_mma_tokens::decode_mma_tokens(&params)
+                    }
+                },
             );
         }
     }
-    if !matches!(kernel, Kernel::Shared | Kernel::Mma) {
+    if !matches!(kernel, Kernel::Shared | Kernel::Mma | Kernel::MmaTokens) {
         // The last block or warp of every (b, h) resets its counter: a replayed graph starts
         // from zero.
         // SAFETY: `arrivals` is a buffer of `mem` holding B·H u32.
@@ -696,9 +715,9 @@ fn emulated_streaming_decode_matches_golden_step() {
 fn emulated_tensor_core_decode_matches_golden_step() {
     use OutputMode::*;
     use Rotation::*;
-    // One token, bf16, R = 4, N = 128, P = 64: every output mode, both rotations, Na = N/4, N/2
-    // (two angles per lane), one not a multiple of four (a chunk rotated in part) and 0, with and
-    // without z and D, from a zero state and from a golden prefix.
+    // bf16, R = 4, N = 128, P = 64: every output mode, both rotations, Na = N/4, N/2 (two angles
+    // per lane), one not a multiple of four (a chunk rotated in part) and 0, with and without z
+    // and D, from a zero state and from a golden prefix; one token, then several.
     let base = |na, rotation, mode, has_z, has_d| {
         case(4, 128, 64, na, 1, rotation, mode, has_z, has_d, true)
     };
@@ -718,12 +737,36 @@ fn emulated_tensor_core_decode_matches_golden_step() {
     let mut gqa = base(32, HalfSplit, Gated, true, true);
     gqa.heads = 4;
     cases.push(gqa);
+    // Several tokens in one call: the key ring wraps (T > 4), the read-out and norm slots
+    // alternate, and each token's previous k̂ is the last one's unrounded.
+    let tokens = |tokens, na, rotation, mode, has_z, has_d| Case {
+        tokens,
+        ..base(na, rotation, mode, has_z, has_d)
+    };
+    cases.extend([
+        tokens(2, 32, HalfSplit, Gated, true, true),
+        tokens(5, 32, Pairwise, FusedNorm, true, true),
+        tokens(7, 64, HalfSplit, Prereduce, false, true),
+        tokens(9, 17, HalfSplit, FusedNorm, false, false),
+    ]);
+    let mut gqa_tokens = tokens(6, 32, HalfSplit, Gated, true, true);
+    gqa_tokens.heads = 4;
+    gqa_tokens.prefix = 0;
+    cases.push(gqa_tokens);
     let mut worst = Errors::default();
     for (i, &c) in cases.iter().enumerate() {
-        let e = check(c, 900 + i as u64, Kernel::Mma);
-        worst.out = worst.out.max(e.out);
-        worst.ssm = worst.ssm.max(e.ssm);
-        worst.k = worst.k.max(e.k);
+        // One-token cases run both bodies.
+        let bodies: &[Kernel] = if c.tokens == 1 {
+            &[Kernel::Mma, Kernel::MmaTokens]
+        } else {
+            &[Kernel::Mma]
+        };
+        for &kernel in bodies {
+            let e = check(c, 900 + i as u64, kernel);
+            worst.out = worst.out.max(e.out);
+            worst.ssm = worst.ssm.max(e.ssm);
+            worst.k = worst.k.max(e.k);
+        }
     }
     eprintln!(
         "emulated tensor-core decode: worst errors out {:.2e}, ssm {:.2e}, k {:.2e} over {} cases",

@@ -423,6 +423,20 @@ fn tensor_core_decode_matches_golden_on_the_reference_geometry() {
             }
         }
     }
+    // Several tokens per call (the token-loop entry): the key ring wraps past four tokens.
+    for (tokens, mode) in [
+        (2, OutputMode::Gated),
+        (5, OutputMode::FusedNorm),
+        (8, OutputMode::Prereduce),
+        (8, OutputMode::Gated),
+    ] {
+        cases.push(Case {
+            tokens,
+            mode,
+            path: Some(DecodePath::TensorCore),
+            ..auto
+        });
+    }
     for (i, case) in cases.into_iter().enumerate() {
         let e = check::<bf16>(&gpu, &stream, case, 400 + i as u64);
         assert!(e.ssm <= 2e-5, "state error {:e} for {case:?}", e.ssm);
@@ -551,15 +565,15 @@ fn arb_case() -> impl Strategy<Value = Case> {
         )
 }
 
-/// A random one-token bf16 call at the tensor-core kernel's geometry (random batch, heads,
+/// A random bf16 call of 1 to 9 tokens at the tensor-core kernel's geometry (random batch, heads,
 /// groups, Na, prefix, mode, rotation, z and D), pinned to it.
 fn arb_tensor_core_case() -> impl Strategy<Value = Case> {
-    (arb_case(), 0usize..=64).prop_map(|(case, na)| Case {
+    (arb_case(), 0usize..=64, 1usize..=9).prop_map(|(case, na, tokens)| Case {
         rank: 4,
         n: 128,
         p: 64,
         na,
-        tokens: 1,
+        tokens,
         path: Some(DecodePath::TensorCore),
         ..case
     })
@@ -813,7 +827,8 @@ fn chunked_decode_walking_the_batch_matches_golden() {
 fn graph_replay_is_bitwise_equal_to_eager() {
     let gpu = gpu_or_skip!();
     let stream = gpu.context().new_stream().unwrap();
-    // One token runs the tensor-core kernel (batches 1 and 4); pinned, batch 1 the
+    // One token runs the tensor-core kernel (batches 1 and 4), two tokens its token loop (batch
+    // 3, the key and read-out slots alternating between replays' tokens); pinned, batch 1 the
     // register-resident kernel (rows split over blocks: the arrival counters must be back at
     // zero for every replay), batch 4 the streaming kernel with four warps of one block per
     // (b, h) (CTA-scope counters), batch 16 the streaming kernel with one warp per (b, h); four
@@ -830,6 +845,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
             Some(DecodePath::RegisterResident { rows_per_warp: 2 }),
         ),
         (1, 4, None),
+        (3, 2, None),
         (4, 1, None),
         (4, 1, Some(DecodePath::Streaming { rows_per_warp: 16 })),
         (4, 4, None),

@@ -217,12 +217,16 @@ pub const DECODE_MMA_WARPS: u32 = 4;
 /// 64 of them the state).
 pub const DECODE_MMA_BLOCKS_PER_SM: u32 = 4;
 
+/// Blocks per SM of the tensor-core decode's token-loop entry (`decode_mma_tokens_*`): ≤ 168
+/// registers, for the state and what the loop carries from one token to the next.
+pub const DECODE_MMA_TOKENS_BLOCKS_PER_SM: u32 = 3;
+
 /// The one geometry of the tensor-core decode kernel, `[R, N, P]` (any `Na ≤ N/2`): the rank
 /// packing of its update (`2R` weights and their low parts fill one 16-deep `mma` step) needs
 /// R = 4, the accumulators N = 128, and the warps P = 16·[`DECODE_MMA_WARPS`].
 pub const DECODE_MMA_GEOMETRY: [u32; 3] = [4, 128, 16 * DECODE_MMA_WARPS];
 
-/// Shared-memory layout of the tensor-core decode kernel, byte offsets from the dynamic shared
+/// Shared-memory layout of the tensor-core decode kernel's one-token entry, byte offsets from the dynamic shared
 /// base. The three bf16 tiles hold rank vectors as rows of N elements in the kernel's column
 /// order (`decode_mma::logical_column`); a row is padded by 16 bytes so that the eight row
 /// addresses of an `ldmatrix` fall in distinct banks.
@@ -241,6 +245,41 @@ pub mod decode_mma_smem {
     pub const NORM: u32 = K_LO + 4 * ROW_STRIDE;
     /// Bytes of dynamic shared memory of one block.
     pub const BYTES: u32 = NORM + 4 * 4 * super::DECODE_MMA_WARPS;
+}
+
+/// Shared-memory layout of the tensor-core decode kernel's token loop (`decode_mma_tokens_*`),
+/// byte offsets from the dynamic shared base. The bf16 tiles hold rank vectors as rows of N elements in the kernel's column order
+/// (`decode_mma::logical_column`); a row is padded by 16 bytes so that the eight row addresses of
+/// an `ldmatrix` fall in distinct banks. Token `t` of a call writes its q̂ into read-out slot
+/// `t mod 2` and its k̂ into key slot `(t + 1) mod 4` (slot 0 holds the carried k̂ of the call's
+/// first token), so one block barrier per token orders every write after the reads it replaces;
+/// the update's eight key rows come from two consecutive key slots, whose rows lie in different
+/// halves of the eight bank groups.
+pub mod decode_mma_tokens_smem {
+    /// Bytes from one tile row to the next (N = 128 bf16 and 16 bytes of padding).
+    pub const ROW_STRIDE: u32 = 2 * 128 + 16;
+    /// Read-out operand, two slots of eight rows: rows `r` = q̂ of rank `r` rounded to bf16, rows
+    /// `4 + r` = the rounding remainders of q̂ (bf16).
+    pub const Q: u32 = 0;
+    /// Bytes from one read-out slot to the next.
+    pub const Q_SLOT: u32 = 8 * ROW_STRIDE;
+    /// Update operand, [`K_SLOTS`] slots of four rows: row `r` of a slot = one token's k̂ of rank
+    /// `r` rounded to bf16 (the state's bf16 k in the first token's previous slot).
+    pub const K: u32 = Q + 2 * Q_SLOT;
+    /// Key slots of the ring.
+    pub const K_SLOTS: u32 = 4;
+    /// Bytes from one key slot to the next.
+    pub const K_SLOT: u32 = 4 * ROW_STRIDE;
+    /// The rounding remainders of the key slots' rows (bf16; none for the carried k̂'s slot,
+    /// which the first token does not read).
+    pub const K_LO: u32 = K + K_SLOTS * K_SLOT;
+    /// Fused-norm mode, two slots (token parity): each warp's sums of squared outputs per rank,
+    /// `(warps, 4)` f32.
+    pub const NORM: u32 = K_LO + K_SLOTS * K_SLOT;
+    /// Bytes from one norm slot to the next.
+    pub const NORM_SLOT: u32 = 4 * 4 * super::DECODE_MMA_WARPS;
+    /// Bytes of dynamic shared memory of one block.
+    pub const BYTES: u32 = NORM + 2 * NORM_SLOT;
 }
 
 /// Shared-memory regions of the register-resident decode kernel for a block of `rows` state rows,
@@ -499,7 +538,13 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         min_blocks_per_sm: decode_stream_blocks_per_sm(4),
     },
     // The tensor-core decode holds a (b, h)'s state in registers (64 per thread): four blocks
-    // per SM keep 128 KB of state loads in flight.
+    // per SM keep 128 KB of state loads in flight; the token loop also carries its angles, biases
+    // and the next token's inputs, and gets three (≤ 168 registers).
+    LaunchBounds {
+        prefix: "decode_mma_tokens_",
+        max_threads: 32 * DECODE_MMA_WARPS,
+        min_blocks_per_sm: DECODE_MMA_TOKENS_BLOCKS_PER_SM,
+    },
     LaunchBounds {
         prefix: "decode_mma_",
         max_threads: 32 * DECODE_MMA_WARPS,

@@ -9,7 +9,10 @@
 //!
 //! [`step_tokens`] is one kernel launch for `T ≥ 1` tokens: the state is read once and written once.
 //! From [`CHUNKED_MIN_TOKENS`] tokens (bf16 at the tensor-core forward's geometry) that launch is
-//! the chunked forward over the call's tokens started from the state ([`DecodePath::Chunked`]).
+//! the chunked forward over the call's tokens started from the state ([`DecodePath::Chunked`]);
+//! below that, bf16 calls at R = 4, N = 128, P = 64 run the tensor-core step
+//! ([`DecodePath::TensorCore`]), whose blocks keep the state in `mma` accumulators across the
+//! call's tokens.
 //! Launches validate first, then neither allocate nor synchronize, so they can be captured.
 
 use std::marker::PhantomData;
@@ -20,8 +23,8 @@ use cudarc::driver::{
     CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    decode_mma_smem, decode_rows_max_per_warp, decode_stream_blocks_per_sm, DecodeParams,
-    DecodeRowsSmem, DecodeSmem, DecodeStreamSmem, ForwardParams, DECODE_MMA_GEOMETRY,
+    decode_mma_smem, decode_mma_tokens_smem, decode_rows_max_per_warp, decode_stream_blocks_per_sm,
+    DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem, ForwardParams, DECODE_MMA_GEOMETRY,
     DECODE_MMA_WARPS, DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS, DECODE_STREAM_MAX_N,
     DECODE_STREAM_WARPS, DECODE_WARPS,
 };
@@ -55,6 +58,14 @@ pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 /// B = 256: 857 against 1727 for the shared tile), and at T = 1 it is slower (B = 1: 13.1
 /// against 9.3; B = 256: 862 against 351 streaming). T = 2 is left to the per-token kernels
 /// (interpolated: B = 1 about 12 against 13; B = 256 about 760 against 860).
+///
+/// Rechecked against the tensor-core step (2026-12-02, H200, graph µs per token, the units
+/// kernel's chunked figures against `decode_mma_tokens_*`): T = 2 is the step's at every batch
+/// (B = 1 4.91 against 4.50, B = 64 75.6 against 58.8, B = 256 293.3 against 221.5); T = 3 is
+/// about even (B = 1 3.29 against 3.88, B = 32 26.4 against 27.1, B = 64 50.2 against 49.7,
+/// B = 256 193.7 against 185.4); from T = 8 the chunked call wins by 1.8× (B = 64 20.9 against
+/// 37.9, B = 256 80.0 against 141.7): the step runs each token's prologue, update and read-out
+/// one after another in every block, the chunked call shares them as chunk GEMMs.
 pub const CHUNKED_MIN_TOKENS: usize = 3;
 
 /// Chunk size of [`DecodePath::Chunked`]: the chunk of the fixed-geometry and tensor-core
@@ -103,10 +114,11 @@ pub enum DecodePath {
         /// State rows per warp, ≥ 1.
         rows_per_warp: u32,
     },
-    /// `decode_mma_*`: one token with bf16 activations at R = 4, N = 128, P = 64 (any Na): a
-    /// block per (b, h) whose four warps hold its state rows as tensor-core accumulators; the
-    /// rank-8 update and the read-out are `mma` products whose operands are split into bf16
-    /// `hi + lo` pairs, so the state keeps about 2^-16 of each update's size.
+    /// `decode_mma_*`: bf16 activations at R = 4, N = 128, P = 64 (any Na), T ≥ 1: a block per
+    /// (b, h) whose four warps hold its state rows as tensor-core accumulators across the call's
+    /// tokens; each token's rank-8 update and read-out are `mma` products whose operands are split
+    /// into bf16 `hi + lo` pairs, so the state keeps about 2^-16 of each update's size. One token
+    /// runs `decode_mma_bf16_*`, more the token-loop entry `decode_mma_tokens_bf16_*`.
     TensorCore,
     /// The chunked forward (`forward_mma_*` where the dtype and geometry have the tensor-core
     /// kernel, else `forward_fma_*`, see [`crate::forward::kernel_for`]) over the call's T tokens
@@ -143,9 +155,13 @@ impl DecodePath {
             (DecodePath::SharedTile, None) => Kernel::decode(X::DTYPE, rank),
             (DecodePath::RegisterResident { .. }, None) => Kernel::decode_rows(X::DTYPE, rank),
             (DecodePath::Streaming { .. }, None) => Kernel::decode_stream(X::DTYPE, rank),
-            (DecodePath::TensorCore, _) => {
-                Kernel::decode_tensor_core(X::DTYPE, rank, config.state_dim, config.head_dim)
-            }
+            (DecodePath::TensorCore, _) => Kernel::decode_tensor_core(
+                X::DTYPE,
+                rank,
+                config.state_dim,
+                config.head_dim,
+                tokens,
+            ),
             (DecodePath::Chunked, _) => {
                 let forward = config.forward_config(tokens, X::DTYPE);
                 forward::units_kernel(&forward).or_else(|| forward::kernel_for(&forward))
@@ -376,14 +392,18 @@ impl DecodeConfig {
             && forward::tensor_core_fits(&config, max_shared_memory)
     }
 
-    /// Whether [`DecodeConfig::path`] picks [`DecodePath::TensorCore`] for a call over `tokens`
-    /// tokens with activations `X`: one token, bf16 and the kernel's geometry
-    /// (`mamba3_abi::DECODE_MMA_GEOMETRY`), at every batch.
+    /// Whether [`DecodeConfig::path`] can pick [`DecodePath::TensorCore`] for a call over `tokens`
+    /// tokens with activations `X`: bf16 and the kernel's geometry
+    /// (`mamba3_abi::DECODE_MMA_GEOMETRY`), at every batch; `path` asks
+    /// [`DecodeConfig::prefers_chunked`] first, which takes calls from [`CHUNKED_MIN_TOKENS`]
+    /// tokens where the GPU holds the chunked forward's shared memory.
     ///
     /// Measured on the H200 (H=64 P=64 N=128 R=4, Na=32, gated, graph-replayed µs, 2026-12-02)
-    /// against the best of the other kernels: batch 1 5.90 against 7.37 (register-resident),
-    /// batch 2 6.62 against 8.86, batch 4 9.05 against 10.79 (streaming), batch 8 12.78 against
-    /// 15.12, batch 64 77.8 against 87.5, batch 256 289.7 against 309.2.
+    /// against the best of the other kernels: one token, batch 1 5.90 against 7.37
+    /// (register-resident), batch 2 6.62 against 8.86, batch 4 9.05 against 10.79 (streaming),
+    /// batch 8 12.78 against 15.12, batch 64 77.8 against 87.5, batch 256 289.7 against 309.2;
+    /// two tokens (per call), batch 1 9.00 against 9.82 (chunked), batch 8 21.8 against 23.0,
+    /// batch 64 117.6 against 151.2, batch 256 442.9 against 586.6.
     pub fn prefers_tensor_core<X: Activation>(&self, tokens: usize) -> bool {
         self.check_path(DecodePath::TensorCore, tokens).is_ok()
             && DecodePath::TensorCore.kernel::<X>(self, tokens).is_some()
@@ -419,10 +439,11 @@ impl DecodeConfig {
             }
             DecodePath::TensorCore => {
                 let [r, n, p] = DECODE_MMA_GEOMETRY.map(|d| d as usize);
-                (tokens != 1 || (self.rank, self.state_dim, self.head_dim) != (r, n, p)).then(
+                (tokens == 0 || (self.rank, self.state_dim, self.head_dim) != (r, n, p)).then(
                     || {
                         format!(
-                            "needs one token and (R, N, P) = ({r}, {n}, {p}) with bf16 activations"
+                            "needs at least one token and (R, N, P) = ({r}, {n}, {p}) with bf16 \
+                             activations"
                         )
                     },
                 )
@@ -1003,7 +1024,11 @@ pub fn step_tokens<X: Activation>(
         DecodePath::TensorCore => LaunchConfig {
             grid_dim: ((c.batch * c.heads) as u32, 1, 1),
             block_dim: (32 * DECODE_MMA_WARPS, 1, 1),
-            shared_mem_bytes: decode_mma_smem::BYTES,
+            shared_mem_bytes: if tokens == 1 {
+                decode_mma_smem::BYTES
+            } else {
+                decode_mma_tokens_smem::BYTES
+            },
         },
         DecodePath::Streaming { rows_per_warp } => {
             let warps = (c.batch * c.heads) as u32 * p.div_ceil(rows_per_warp);
@@ -1043,8 +1068,9 @@ pub fn step_tokens<X: Activation>(
     // fused-norm mode, the state's zeroed arrival counters; streaming: one token, a warp per row
     // range in blocks of DECODE_STREAM_WARPS, DecodeStreamSmem bytes, N % 4 == 0, N ≤ 128, no
     // fused norm, the zeroed counters; shared tile: grid (H,B), DECODE_WARPS warps, DecodeSmem;
-    // tensor core: grid B·H, DECODE_MMA_WARPS warps, decode_mma_smem bytes, one token, bf16, the
-    // kernel's geometry).
+    // tensor core: grid B·H, DECODE_MMA_WARPS warps, bf16, the kernel's geometry, the one-token
+    // entry with decode_mma_smem bytes for one token, else the token loop with
+    // decode_mma_tokens_smem bytes).
     let launched = unsafe { launch.run(cfg) };
     drop(ptrs);
     launched

@@ -72,6 +72,9 @@ pub enum Kernel {
     /// Tensor-core decode of one token (the state as `mma` accumulators), bf16 activations,
     /// R=4, N=128, P=64, any Na ≤ 64.
     DecodeMmaBf16R4N128P64,
+    /// Tensor-core decode over T ≥ 1 tokens, the state held in the accumulators across them
+    /// (bf16, R = 4, N = 128, P = 64).
+    DecodeMmaTokensBf16R4N128P64,
     /// Register-resident decode instantiated for one geometry (R=4, N=128, P=64, Na=32), f32 activations.
     DecodeRowsFixedF32R4N128P64Na32,
     /// Register-resident decode instantiated for one geometry (R=4, N=128, P=64, Na=32), bf16 activations.
@@ -173,7 +176,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 74] = [
+    pub const ALL: [Kernel; 75] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -210,6 +213,7 @@ impl Kernel {
         Kernel::DecodeRowsFixedBf16R4N128P64Na32,
         Kernel::DecodeStreamFixedBf16R4N128P64Na32,
         Kernel::DecodeMmaBf16R4N128P64,
+        Kernel::DecodeMmaTokensBf16R4N128P64,
         Kernel::ForwardFmaF32R1,
         Kernel::ForwardFmaF32R2,
         Kernel::ForwardFmaF32R4,
@@ -287,6 +291,7 @@ impl Kernel {
             Kernel::DecodeFixedBf16R4N128P64Na32 => "decode_fixed_bf16_r4_n128_p64_na32",
             Kernel::DecodeRowsFixedF32R4N128P64Na32 => "decode_rows_fixed_f32_r4_n128_p64_na32",
             Kernel::DecodeMmaBf16R4N128P64 => "decode_mma_bf16_r4_n128_p64",
+            Kernel::DecodeMmaTokensBf16R4N128P64 => "decode_mma_tokens_bf16_r4_n128_p64",
             Kernel::DecodeRowsFixedBf16R4N128P64Na32 => "decode_rows_fixed_bf16_r4_n128_p64_na32",
             Kernel::DecodeStreamFixedBf16R4N128P64Na32 => {
                 "decode_stream_fixed_bf16_r4_n128_p64_na32"
@@ -368,17 +373,23 @@ impl Kernel {
         ranked(&DECODE_STREAM, dtype, rank)
     }
 
-    /// The tensor-core one-token decode kernel for an activation dtype, rank, state size and head
-    /// dim, if instantiated (bf16 at `mamba3_abi::DECODE_MMA_GEOMETRY`, any Na ≤ N/2).
+    /// The tensor-core decode kernel for an activation dtype, rank, state size, head dim and a
+    /// call of `tokens` tokens, if instantiated (bf16 at `mamba3_abi::DECODE_MMA_GEOMETRY`, any
+    /// Na ≤ N/2): the one-token entry for one token, the token-loop entry for more.
     pub fn decode_tensor_core(
         dtype: crate::Dtype,
         rank: usize,
         state_dim: usize,
         head_dim: usize,
+        tokens: usize,
     ) -> Option<Kernel> {
         let [r, n, p] = mamba3_abi::DECODE_MMA_GEOMETRY.map(|d| d as usize);
-        (dtype == crate::Dtype::Bf16 && (rank, state_dim, head_dim) == (r, n, p))
-            .then_some(Kernel::DecodeMmaBf16R4N128P64)
+        let kernel = if tokens == 1 {
+            Kernel::DecodeMmaBf16R4N128P64
+        } else {
+            Kernel::DecodeMmaTokensBf16R4N128P64
+        };
+        (dtype == crate::Dtype::Bf16 && (rank, state_dim, head_dim) == (r, n, p)).then_some(kernel)
     }
 
     /// The chunked-forward kernel for an activation dtype and rank, if instantiated.

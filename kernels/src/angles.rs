@@ -213,3 +213,22 @@ pub unsafe fn lane_angle_inputs(
         }
     })
 }
+
+/// The raw logits of lane `lane`'s angles `lane` and `lane + 32` (zeros past `na`) of the f32
+/// tensor at `logits` from element `first`: [`lane_angle_inputs`] without θ, for the token loop
+/// of the tensor-core decode, whose θ is carried in registers.
+///
+/// # Safety
+/// Elements `first .. first + na` must be readable; no thread of the launch writes them.
+#[inline(always)]
+pub unsafe fn lane_angle_logits(logits: u64, first: u32, na: u32, lane: u32) -> [f32; 2] {
+    core::array::from_fn(|a| {
+        let i = lane + 32 * a as u32;
+        if i < na {
+            // SAFETY: inside the caller's range.
+            unsafe { ld_global_nc_f32(logits + 4 * (first + i) as u64) }
+        } else {
+            0.0
+        }
+    })
+}

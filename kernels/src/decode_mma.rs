@@ -26,6 +26,11 @@
 //! prologue's registers are free (staged by `cp.async` at the start instead, the calls measured
 //! 0.3–0.6 µs slower at batch 1–8).
 //!
+//! Calls of several tokens run the token loop of `decode_mma_tokens.rs`, which shares this file's
+//! column order and layout helpers; this one-token body stays separate because every shared
+//! restructuring of it measured 2–8% slower on the H200 (the driver's JIT schedules the barrier
+//! and the state loads differently).
+//!
 //! # Launch contract
 //! Grid `B·H` blocks of `32·DECODE_MMA_WARPS` threads, dynamic shared memory
 //! `decode_mma_smem::BYTES`; `tokens == 1`, `[R, N, P] == DECODE_MMA_GEOMETRY`, `Na ≤ N/2`, bf16
@@ -76,7 +81,7 @@ pub const fn logical_column(n: u32) -> u32 {
 /// half-split pairs `(j, j + N/2)` lie in quads `4c` and `N/2 + 4c`; pairwise pairs `(2j, 2j + 1)`
 /// fill quads `8c` and `8c + 4`.
 #[inline(always)]
-fn chunk_quads(c: u32, half_split: bool) -> [u32; 2] {
+pub(crate) fn chunk_quads(c: u32, half_split: bool) -> [u32; 2] {
     if half_split {
         [4 * c, N / 2 + 4 * c]
     } else {
@@ -86,7 +91,7 @@ fn chunk_quads(c: u32, half_split: bool) -> [u32; 2] {
 
 /// The chunk's four pairs as (first members, second members), from its two quads.
 #[inline(always)]
-fn to_pairs([a, b]: [[f32; 4]; 2], half_split: bool) -> ([f32; 4], [f32; 4]) {
+pub(crate) fn to_pairs([a, b]: [[f32; 4]; 2], half_split: bool) -> ([f32; 4], [f32; 4]) {
     if half_split {
         (a, b)
     } else {
@@ -96,7 +101,7 @@ fn to_pairs([a, b]: [[f32; 4]; 2], half_split: bool) -> ([f32; 4], [f32; 4]) {
 
 /// Inverse of [`to_pairs`].
 #[inline(always)]
-fn from_pairs(first: [f32; 4], second: [f32; 4], half_split: bool) -> [[f32; 4]; 2] {
+pub(crate) fn from_pairs(first: [f32; 4], second: [f32; 4], half_split: bool) -> [[f32; 4]; 2] {
     if half_split {
         [first, second]
     } else {
@@ -109,7 +114,7 @@ fn from_pairs(first: [f32; 4], second: [f32; 4], half_split: bool) -> [[f32; 4];
 
 /// Byte address of f32 element `i` of a global tensor.
 #[inline(always)]
-fn gf(base: u64, i: u32) -> u64 {
+pub(crate) fn gf(base: u64, i: u32) -> u64 {
     base + 4 * i as u64
 }
 
