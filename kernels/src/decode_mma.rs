@@ -57,13 +57,16 @@ use crate::arch::sreg::{
 use crate::elem::{Bf16, Elem};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos, split_bf16x2};
 
-const R: u32 = DECODE_MMA_GEOMETRY[0];
-const N: u32 = DECODE_MMA_GEOMETRY[1];
-const P: u32 = DECODE_MMA_GEOMETRY[2];
+/// Rank of the kernel's geometry.
+pub(crate) const R: u32 = DECODE_MMA_GEOMETRY[0];
+/// State size of the kernel's geometry.
+pub(crate) const N: u32 = DECODE_MMA_GEOMETRY[1];
+/// Head dim of the kernel's geometry.
+pub(crate) const P: u32 = DECODE_MMA_GEOMETRY[2];
 /// n8 accumulator tiles of a warp's 16 state rows.
-const TILES: usize = (N / 8) as usize;
+pub(crate) const TILES: usize = (N / 8) as usize;
 /// Chunks of four rotation pairs in one rank vector.
-const CHUNKS: u32 = N / 8;
+pub(crate) const CHUNKS: u32 = N / 8;
 
 // One prologue item (four rotation pairs of one rank of q or of k) per thread.
 const _: () = assert!(R * 2 * CHUNKS == 32 * DECODE_MMA_WARPS && P == 16 * DECODE_MMA_WARPS);
@@ -116,6 +119,140 @@ pub(crate) fn from_pairs(first: [f32; 4], second: [f32; 4], half_split: bool) ->
 #[inline(always)]
 pub(crate) fn gf(base: u64, i: u32) -> u64 {
     base + 4 * i as u64
+}
+
+/// `H ← α·H`.
+#[inline(always)]
+pub(crate) fn decay(acc: &mut [[f32; 4]; TILES], alpha: f32) {
+    for tile in acc.iter_mut() {
+        for x in tile.iter_mut() {
+            *x *= alpha;
+        }
+    }
+}
+
+/// `H += W·Kᵀ`: per four n8 tiles one `ldmatrix.trans` of K (lane address `k_at`) and one of k̂'s
+/// remainders (`k_lo_at`).
+///
+/// # Safety
+/// Every lane of the warp calls it; the addresses lie inside the kernel's shared memory.
+#[inline(always)]
+pub(crate) unsafe fn update(
+    acc: &mut [[f32; 4]; TILES],
+    [k_at, k_lo_at]: [u32; 2],
+    a_wide: &[u32; 4],
+    a_narrow: &[u32; 2],
+) {
+    for i in 0..TILES / 4 {
+        // SAFETY: warp-wide, inside the tiles.
+        unsafe {
+            let k = ldmatrix_x4_trans(k_at + 64 * i as u32);
+            let k_lo = ldmatrix_x4_trans(k_lo_at + 64 * i as u32);
+            for t in 0..4 {
+                mma_m16n8k16_bf16_f32(&mut acc[4 * i + t], *a_wide, [k[t], k[t]]);
+                mma_m16n8k8_bf16_f32(&mut acc[4 * i + t], *a_narrow, k_lo[t]);
+            }
+        }
+    }
+}
+
+/// The read-out `y = H·q̂` of the lane's output row and ranks, q̂'s tile at lane address `q_at`
+/// (per 32 columns one `ldmatrix`: two 16-deep steps of B).
+///
+/// # Safety
+/// Every lane of the warp calls it; the address lies inside the kernel's shared memory.
+#[inline(always)]
+pub(crate) unsafe fn read_out(acc: &[[f32; 4]; TILES], q_at: u32, quad: u32) -> [f32; 2] {
+    // The bf16 and remainder passes accumulate apart: two chains of eight `mma` instead of one of
+    // sixteen.
+    let (mut y, mut y_lo) = ([0.0f32; 4], [0.0f32; 4]);
+    for i in 0..TILES / 4 {
+        // SAFETY: warp-wide, inside the tile.
+        unsafe {
+            let qb = ldmatrix_x4(q_at + 64 * i as u32);
+            for u in 0..2 {
+                let (t0, t1) = (acc[4 * i + 2 * u], acc[4 * i + 2 * u + 1]);
+                let (h0, l0) = split_bf16x2(t0[0], t0[1]);
+                let (h1, l1) = split_bf16x2(t0[2], t0[3]);
+                let (h2, l2) = split_bf16x2(t1[0], t1[1]);
+                let (h3, l3) = split_bf16x2(t1[2], t1[3]);
+                let bq = [qb[2 * u], qb[2 * u + 1]];
+                mma_m16n8k16_bf16_f32(&mut y, [h0, h1, h2, h3], bq);
+                mma_m16n8k16_bf16_f32(&mut y_lo, [l0, l1, l2, l3], bq);
+            }
+        }
+    }
+    // Columns r and r + 4 (lane quads q and q ^ 2) hold q̂'s bf16 and remainder products.
+    for i in 0..4 {
+        y[i] += y_lo[i];
+        y[i] += shfl_xor_f32(y[i], 2);
+    }
+    if quad >= 2 {
+        [y[2], y[3]]
+    } else {
+        [y[0], y[1]]
+    }
+}
+
+/// Writes the thread's k̂ words (bf16 pairs `k_hi[i][pair]` of the columns from `quads[i]`) into
+/// row `row` of the state's k `(B,R,H,N)` at `k_state`.
+///
+/// # Safety
+/// The row is inside the state and no other thread writes these columns.
+#[inline(always)]
+pub(crate) unsafe fn store_k_state(k_state: u64, row: u32, quads: [u32; 2], k_hi: &[[u32; 2]; 2]) {
+    for (i, &c0) in quads.iter().enumerate() {
+        for (pair, &word) in k_hi[i].iter().enumerate() {
+            let n = c0 + 2 * pair as u32;
+            let (x0, x1) = (
+                f32::from_bits(word << 16),
+                f32::from_bits(word & 0xffff_0000),
+            );
+            // SAFETY: inside the caller's row.
+            unsafe {
+                Bf16::store(k_state, (row + n) as usize, x0);
+                Bf16::store(k_state, (row + n + 1) as usize, x1);
+            }
+        }
+    }
+}
+
+/// Stores a prologue item's rotated pairs (columns from `quads`) as bf16 words into tile rows
+/// `hi_tile` and, their rounding remainders, `lo_tile` (byte offsets), and with `carried` the
+/// carried k̂ `k_prev` (bf16 already) into row `carried_row`; returns the bf16 words.
+///
+/// # Safety
+/// The rows lie inside the kernel's shared memory.
+#[inline(always)]
+pub(crate) unsafe fn store_item_words(
+    sm: u32,
+    quads: &[u32; 2],
+    rotated: &[[f32; 4]; 2],
+    [hi_tile, lo_tile]: [u32; 2],
+    carried: bool,
+    carried_row: u32,
+    k_prev: &[[f32; 4]; 2],
+) -> [[u32; 2]; 2] {
+    let mut k_hi = [[0u32; 2]; 2];
+    for (i, &c0) in quads.iter().enumerate() {
+        for pair in 0..2 {
+            let n = c0 + 2 * pair as u32;
+            let (x0, x1) = (rotated[i][2 * pair], rotated[i][2 * pair + 1]);
+            let (hi, lo) = split_bf16x2(x0, x1);
+            k_hi[i][pair] = hi;
+            let at = 2 * logical_column(n);
+            // SAFETY: inside the caller's rows.
+            unsafe {
+                st_shared_u32(sm + hi_tile + at, hi);
+                st_shared_u32(sm + lo_tile + at, lo);
+                if carried {
+                    let prev_pair = pack_bf16x2(k_prev[i][2 * pair], k_prev[i][2 * pair + 1]);
+                    st_shared_u32(sm + carried_row + at, prev_pair);
+                }
+            }
+        }
+    }
+    k_hi
 }
 
 /// The tensor-core decode body; see the module docs.
@@ -225,22 +362,9 @@ pub unsafe fn decode_mma(prm: &DecodeParams) {
         } else {
             (lay::Q + pair_at(rank, 0), lay::Q + pair_at(R + rank, 0))
         };
-        let mut k_hi = [[0u32; 2]; 2];
-        for (i, &c0) in quads.iter().enumerate() {
-            for pair in 0..2 {
-                let n = c0 + 2 * pair as u32;
-                let (x0, x1) = (rotated[i][2 * pair], rotated[i][2 * pair + 1]);
-                let (hi, lo) = split_bf16x2(x0, x1);
-                k_hi[i][pair] = hi;
-                let at = 2 * logical_column(n);
-                st_shared_u32(sm + hi_tile + at, hi);
-                st_shared_u32(sm + lo_tile + at, lo);
-                if is_k {
-                    let prev_pair = pack_bf16x2(k_prev[i][2 * pair], k_prev[i][2 * pair + 1]);
-                    st_shared_u32(sm + lay::K + pair_at(rank, n), prev_pair);
-                }
-            }
-        }
+        let tiles = [hi_tile, lo_tile];
+        let k_prev_row = lay::K + pair_at(rank, 0);
+        let k_hi = store_item_words(sm, &quads, &rotated, tiles, is_k, k_prev_row, &k_prev);
 
         // --- The update's A operand: this lane's row weights, split into bf16 hi and lo ---
         let scale = if prev { beta } else { gamma };
@@ -299,17 +423,7 @@ pub unsafe fn decode_mma(prm: &DecodeParams) {
             }
         }
         if is_k {
-            for (i, &c0) in quads.iter().enumerate() {
-                for (pair, &word) in k_hi[i].iter().enumerate() {
-                    let n = c0 + 2 * pair as u32;
-                    let (x0, x1) = (
-                        f32::from_bits(word << 16),
-                        f32::from_bits(word & 0xffff_0000),
-                    );
-                    Bf16::store(prm.k_state, (k_state_row + n) as usize, x0);
-                    Bf16::store(prm.k_state, (k_state_row + n + 1) as usize, x1);
-                }
-            }
+            store_k_state(prm.k_state, k_state_row, quads, &k_hi);
         }
 
         if quad % 2 == 0 {
@@ -337,32 +451,7 @@ pub unsafe fn decode_mma(prm: &DecodeParams) {
 
         // --- Read-out: per 32 columns one `ldmatrix` of q̂ (two 16-deep steps of B) ---
         let q_at = sm + lay::Q + mat_row * lay::ROW_STRIDE + 16 * mat;
-        // The bf16 and remainder passes accumulate apart: two chains of eight `mma` instead of
-        // one of sixteen.
-        let (mut y, mut y_lo) = ([0.0f32; 4], [0.0f32; 4]);
-        for i in 0..TILES / 4 {
-            let qb = ldmatrix_x4(q_at + 64 * i as u32);
-            for u in 0..2 {
-                let (t0, t1) = (acc[4 * i + 2 * u], acc[4 * i + 2 * u + 1]);
-                let (h0, l0) = split_bf16x2(t0[0], t0[1]);
-                let (h1, l1) = split_bf16x2(t0[2], t0[3]);
-                let (h2, l2) = split_bf16x2(t1[0], t1[1]);
-                let (h3, l3) = split_bf16x2(t1[2], t1[3]);
-                let bq = [qb[2 * u], qb[2 * u + 1]];
-                mma_m16n8k16_bf16_f32(&mut y, [h0, h1, h2, h3], bq);
-                mma_m16n8k16_bf16_f32(&mut y_lo, [l0, l1, l2, l3], bq);
-            }
-        }
-        // Columns r and r + 4 (lane quads q and q ^ 2) hold q̂'s bf16 and remainder products.
-        for i in 0..4 {
-            y[i] += y_lo[i];
-            y[i] += shfl_xor_f32(y[i], 2);
-        }
-        let y_row = if quad >= 2 {
-            [y[2], y[3]]
-        } else {
-            [y[0], y[1]]
-        };
+        let y_row = read_out(&acc, q_at, quad);
 
         // --- Outputs: D skip, gate, optional norm, contraction over ranks ---
         let out_y: [f32; 2] = core::array::from_fn(|k| y_row[k] + d_skip * out_v * out_mimo_v[k]);

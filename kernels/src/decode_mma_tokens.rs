@@ -26,43 +26,27 @@
 //! validates). `arrivals` and `rows_per_warp` are not used.
 
 use mamba3_abi::{
-    decode_mma_tokens_smem as lay, output_mode, rotation, DecodeParams, DECODE_MMA_GEOMETRY,
-    DECODE_MMA_WARPS,
+    decode_mma_tokens_smem as lay, output_mode, rotation, DecodeParams, DECODE_MMA_WARPS,
 };
 
 use crate::angles::{
-    angle_increment_f32, lane_angle_logits, reduced_near_f32, rotate_pair, stored_f32,
-    warp_sincos, wrap_two_pi_f64,
+    angle_increment_f32, lane_angle_logits, reduced_near_f32, rotate_pair, stored_f32, warp_sincos,
+    wrap_two_pi_f64,
 };
 use crate::arch::float::pack_bf16x2;
 use crate::arch::global::{
     ld_global_f32, ld_global_nc_f32, ld_global_v4_f32, st_global_f32, st_global_v4_f32,
 };
-use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
-use crate::arch::mma::{mma_m16n8k16_bf16_f32, mma_m16n8k8_bf16_f32};
 use crate::arch::sreg::{
     block_x, fresh_u32, ld_shared_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
     sync_threads, thread_x,
 };
-use crate::decode_mma::{chunk_quads, from_pairs, gf, logical_column, to_pairs};
+use crate::decode_mma::{
+    chunk_quads, decay, from_pairs, gf, logical_column, read_out, store_item_words, store_k_state,
+    to_pairs, update, CHUNKS, N, P, R, TILES,
+};
 use crate::elem::{Bf16, Elem};
 use crate::math::{exp, rsqrt, sigmoid, silu, sincos, split_bf16x2};
-
-const R: u32 = DECODE_MMA_GEOMETRY[0];
-const N: u32 = DECODE_MMA_GEOMETRY[1];
-const P: u32 = DECODE_MMA_GEOMETRY[2];
-/// n8 accumulator tiles of a warp's 16 state rows.
-const TILES: usize = (N / 8) as usize;
-/// Chunks of four rotation pairs in one rank vector.
-const CHUNKS: u32 = N / 8;
-
-// One prologue item (four rotation pairs of one rank of q or of k) per thread.
-const _: () = assert!(R * 2 * CHUNKS == 32 * DECODE_MMA_WARPS && P == 16 * DECODE_MMA_WARPS);
-
-
-
-
-
 
 /// Byte offset of the pair (n, n + 1), n even, in row `row` of an operand tile.
 #[inline(always)]
@@ -164,36 +148,6 @@ fn rotated_item(
     from_pairs(first, second, half_split)
 }
 
-/// Stores the rotated item split into bf16 words (`hi_tile`, `lo_tile`: the item's row in its
-/// tiles); returns the hi words.
-///
-/// # Safety
-/// The rows lie inside `decode_mma_tokens_smem`.
-#[inline(always)]
-unsafe fn store_item(
-    sm: u32,
-    ro: &Roles,
-    rotated: [[f32; 4]; 2],
-    [hi_tile, lo_tile]: [u32; 2],
-) -> [[u32; 2]; 2] {
-    let mut k_hi = [[0u32; 2]; 2];
-    for (i, &c0) in ro.quads.iter().enumerate() {
-        for pair in 0..2 {
-            let n = c0 + 2 * pair as u32;
-            let (x0, x1) = (rotated[i][2 * pair], rotated[i][2 * pair + 1]);
-            let (hi, lo) = split_bf16x2(x0, x1);
-            k_hi[i][pair] = hi;
-            let at = 2 * logical_column(n);
-            // SAFETY: inside the caller's rows.
-            unsafe {
-                st_shared_u32(sm + hi_tile + at, hi);
-                st_shared_u32(sm + lo_tile + at, lo);
-            }
-        }
-    }
-    k_hi
-}
-
 /// The update's A operands from the lane's row weights `scale·v·mimo_v`: the 16-deep step's
 /// (depths 0–7 the weights' bf16, 8–15 their remainders: B repeats K) and the bf16 words alone
 /// (the 8-deep step's against k̂'s remainders).
@@ -253,79 +207,6 @@ unsafe fn store_state(prm: &DecodeParams, ro: &Roles, bh: u32, acc: &[[f32; 4]; 
                 [t0[2], t0[3], t1[2], t1[3]],
             );
         }
-    }
-}
-
-/// `H ← α·H`.
-#[inline(always)]
-fn decay(acc: &mut [[f32; 4]; TILES], alpha: f32) {
-    for tile in acc.iter_mut() {
-        for x in tile.iter_mut() {
-            *x *= alpha;
-        }
-    }
-}
-
-/// `H += W·Kᵀ`: per four n8 tiles one `ldmatrix.trans` of K (lane address `k_at`) and one of k̂'s
-/// remainders (`k_lo_at`).
-///
-/// # Safety
-/// Every lane of the warp calls it; the addresses lie inside `decode_mma_tokens_smem`.
-#[inline(always)]
-unsafe fn update(
-    acc: &mut [[f32; 4]; TILES],
-    [k_at, k_lo_at]: [u32; 2],
-    a_wide: [u32; 4],
-    a_narrow: [u32; 2],
-) {
-    for i in 0..TILES / 4 {
-        // SAFETY: warp-wide, inside the tiles.
-        unsafe {
-            let k = ldmatrix_x4_trans(k_at + 64 * i as u32);
-            let k_lo = ldmatrix_x4_trans(k_lo_at + 64 * i as u32);
-            for t in 0..4 {
-                mma_m16n8k16_bf16_f32(&mut acc[4 * i + t], a_wide, [k[t], k[t]]);
-                mma_m16n8k8_bf16_f32(&mut acc[4 * i + t], a_narrow, k_lo[t]);
-            }
-        }
-    }
-}
-
-/// The read-out `y = H·q̂` of the lane's output row and ranks, q̂'s tile at lane address `q_at`
-/// (per 32 columns one `ldmatrix`: two 16-deep steps of B).
-///
-/// # Safety
-/// Every lane of the warp calls it; the address lies inside `decode_mma_tokens_smem`.
-#[inline(always)]
-unsafe fn read_out(acc: &[[f32; 4]; TILES], q_at: u32, quad: u32) -> [f32; 2] {
-    // The bf16 and remainder passes accumulate apart: two chains of eight `mma` instead of one of
-    // sixteen.
-    let (mut y, mut y_lo) = ([0.0f32; 4], [0.0f32; 4]);
-    for i in 0..TILES / 4 {
-        // SAFETY: warp-wide, inside the tile.
-        unsafe {
-            let qb = ldmatrix_x4(q_at + 64 * i as u32);
-            for u in 0..2 {
-                let (t0, t1) = (acc[4 * i + 2 * u], acc[4 * i + 2 * u + 1]);
-                let (h0, l0) = split_bf16x2(t0[0], t0[1]);
-                let (h1, l1) = split_bf16x2(t0[2], t0[3]);
-                let (h2, l2) = split_bf16x2(t1[0], t1[1]);
-                let (h3, l3) = split_bf16x2(t1[2], t1[3]);
-                let bq = [qb[2 * u], qb[2 * u + 1]];
-                mma_m16n8k16_bf16_f32(&mut y, [h0, h1, h2, h3], bq);
-                mma_m16n8k16_bf16_f32(&mut y_lo, [l0, l1, l2, l3], bq);
-            }
-        }
-    }
-    // Columns r and r + 4 (lane quads q and q ^ 2) hold q̂'s bf16 and remainder products.
-    for i in 0..4 {
-        y[i] += y_lo[i];
-        y[i] += shfl_xor_f32(y[i], 2);
-    }
-    if quad >= 2 {
-        [y[2], y[3]]
-    } else {
-        [y[0], y[1]]
     }
 }
 
@@ -422,38 +303,38 @@ unsafe fn write_outputs(
                 Bf16::store(prm.out, at as usize, out_y[k] * gate[k]);
             }
         } else {
-        let mut rstd = [1.0f32; 2];
-        if prm.mode == output_mode::FUSED_NORM {
-            // Sums of squares over the warp's rows (lanes of one rank pair: quad mod 2), then
-            // over the block's warps.
-            let mut sq = out_y.map(|x| x * x);
-            for mask in [2, 4, 8, 16] {
-                for s in sq.iter_mut() {
-                    *s += shfl_xor_f32(*s, mask);
+            let mut rstd = [1.0f32; 2];
+            if prm.mode == output_mode::FUSED_NORM {
+                // Sums of squares over the warp's rows (lanes of one rank pair: quad mod 2), then
+                // over the block's warps.
+                let mut sq = out_y.map(|x| x * x);
+                for mask in [2, 4, 8, 16] {
+                    for s in sq.iter_mut() {
+                        *s += shfl_xor_f32(*s, mask);
+                    }
+                }
+                if ro.lane < 2 {
+                    for (k, &s) in sq.iter().enumerate() {
+                        st_shared_f32(norm_slot + 4 * (ro.warp * R + 2 * ro.lane + k as u32), s);
+                    }
+                }
+                sync_threads();
+                for (k, rs) in rstd.iter_mut().enumerate() {
+                    let mut total = 0.0f32;
+                    for w in 0..DECODE_MMA_WARPS {
+                        total += ld_shared_f32(norm_slot + 4 * (w * R + ro.out_ranks[k]));
+                    }
+                    *rs = rsqrt(total / P as f32 + prm.norm_eps);
                 }
             }
-            if ro.lane < 2 {
-                for (k, &s) in sq.iter().enumerate() {
-                    st_shared_f32(norm_slot + 4 * (ro.warp * R + 2 * ro.lane + k as u32), s);
-                }
+            let mut out = 0.0f32;
+            for k in 0..2 {
+                out += out_y[k] * rstd[k] * inp.norm_w * gate[k] * inp.mimo_o[k];
             }
-            sync_threads();
-            for (k, rs) in rstd.iter_mut().enumerate() {
-                let mut total = 0.0f32;
-                for w in 0..DECODE_MMA_WARPS {
-                    total += ld_shared_f32(norm_slot + 4 * (w * R + ro.out_ranks[k]));
-                }
-                *rs = rsqrt(total / P as f32 + prm.norm_eps);
+            out += shfl_xor_f32(out, 1);
+            if ro.quad % 2 == 0 {
+                Bf16::store(prm.out, (((bt * heads + h) * P) + ro.out_row) as usize, out);
             }
-        }
-        let mut out = 0.0f32;
-        for k in 0..2 {
-            out += out_y[k] * rstd[k] * inp.norm_w * gate[k] * inp.mimo_o[k];
-        }
-        out += shfl_xor_f32(out, 1);
-        if ro.quad % 2 == 0 {
-            Bf16::store(prm.out, (((bt * heads + h) * P) + ro.out_row) as usize, out);
-        }
         }
     }
 }
@@ -484,17 +365,7 @@ unsafe fn write_back(
             }
         }
         if ro.is_k {
-            for (i, &c0) in ro.quads.iter().enumerate() {
-                for (pair, &word) in k_hi[i].iter().enumerate() {
-                    let n = c0 + 2 * pair as u32;
-                    let (x0, x1) = (
-                        f32::from_bits(word << 16),
-                        f32::from_bits(word & 0xffff_0000),
-                    );
-                    Bf16::store(prm.k_state, (k_state_row + n) as usize, x0);
-                    Bf16::store(prm.k_state, (k_state_row + n + 1) as usize, x1);
-                }
-            }
+            store_k_state(prm.k_state, k_state_row, ro.quads, &k_hi);
         }
         if ro.quad % 2 == 0 {
             Bf16::store(prm.v_state, (bh * P + ro.out_row) as usize, v);
@@ -592,7 +463,8 @@ pub unsafe fn decode_mma_tokens(prm: &DecodeParams) {
         let mut head_inputs = load_head(h);
         let k_state_row = ((b * R + ro.rank) * heads + h) * N;
         let k_prev: [[f32; 4]; 2] = if ro.is_k {
-            ro.quads.map(|c| Bf16::load4(prm.k_state, (k_state_row + c) as usize))
+            ro.quads
+                .map(|c| Bf16::load4(prm.k_state, (k_state_row + c) as usize))
         } else {
             [[0.0; 4]; 2]
         };
@@ -648,9 +520,12 @@ pub unsafe fn decode_mma_tokens(prm: &DecodeParams) {
                     lay::K_LO + k_slot(t) + pair_at(ro.rank, 0),
                 ]
             } else {
-                [q_slot + pair_at(ro.rank, 0), q_slot + pair_at(R + ro.rank, 0)]
+                [
+                    q_slot + pair_at(ro.rank, 0),
+                    q_slot + pair_at(R + ro.rank, 0),
+                ]
             };
-            let k_hi = store_item(sm, &ro, rotated, tiles);
+            let k_hi = store_item_words(sm, &ro.quads, &rotated, tiles, false, 0, &[[0.0; 4]; 2]);
 
             // Every thread has stored this token's operand words (and, at the first token, read
             // the carried state).
@@ -677,7 +552,7 @@ pub unsafe fn decode_mma_tokens(prm: &DecodeParams) {
             let scale = if ro.prev { beta } else { gamma };
             let (a_wide, a_narrow) = row_weights(scale, w_v, w_mimo);
             decay(&mut acc, alpha);
-            update(&mut acc, at, a_wide, a_narrow);
+            update(&mut acc, at, &a_wide, &a_narrow);
             if last {
                 store_state(prm, &ro, bh, &acc);
             }
