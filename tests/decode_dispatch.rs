@@ -149,27 +149,19 @@ fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
     use half::bf16;
     for batch in [1, 2, 3, 8, 64, 256] {
         for c in [reference(batch), general(batch)] {
-            assert_eq!(
-                c.path::<bf16>(1, 132, H200_SHARED_MEMORY),
-                DecodePath::TensorCore,
-                "{c:?}"
-            );
-            assert_eq!(
-                c.dispatch_paths::<bf16>(1, SM86_SHARED_MEMORY),
-                ["decode_mma_bf16_r4_n128_p64"]
-            );
-            assert!(c.prefers_tensor_core::<bf16>(1));
-            assert!(!c.prefers_tensor_core::<f32>(1), "{c:?}");
-            assert_eq!(
-                c.path::<bf16>(2, 132, H200_SHARED_MEMORY),
-                DecodePath::TensorCore,
-                "{c:?}"
-            );
-            assert_eq!(
-                c.dispatch_paths::<bf16>(2, H200_SHARED_MEMORY),
-                ["decode_mma_tokens_bf16_r4_n128_p64"]
-            );
-            assert!(!c.prefers_tensor_core::<f32>(2), "{c:?}");
+            for (tokens, kernel, shared_memory) in [
+                (1, "decode_mma_bf16_r4_n128_p64", SM86_SHARED_MEMORY),
+                (2, "decode_mma_tokens_bf16_r4_n128_p64", H200_SHARED_MEMORY),
+            ] {
+                assert_eq!(
+                    c.path::<bf16>(tokens, 132, H200_SHARED_MEMORY),
+                    DecodePath::TensorCore,
+                    "{c:?}"
+                );
+                assert_eq!(c.dispatch_paths::<bf16>(tokens, shared_memory), [kernel]);
+                assert!(c.prefers_tensor_core::<bf16>(tokens));
+                assert!(!c.prefers_tensor_core::<f32>(tokens), "{c:?}");
+            }
         }
     }
     // Fused norm too (the block holds all of P).
