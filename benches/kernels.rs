@@ -220,6 +220,107 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
     }
 }
 
+/// Fewest calls captured into the one-graph timing of [`unrolled_graph_us`].
+const UNROLLED_MIN_CALLS: usize = 16;
+
+/// Per-call µs of decode calls captured back to back into one CUDA graph and replayed: the way
+/// triton's `do_bench_cudagraph` (upstream's figures) times a function, the graph's launch cost
+/// shared by its calls, as when a whole model step is one graph. Call `j` advances state copy
+/// `j mod copies` with that copy's own zeroed inputs and output (as [`DecodeGraph`] allocates
+/// them), so that neither the states nor the inputs stay in L2; at least
+/// [`UNROLLED_MIN_CALLS`] calls.
+fn unrolled_graph_us<X: Activation>(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    config: DecodeConfig,
+    pinned: Option<DecodePath>,
+    weights: &DecodeWeights,
+    tokens: usize,
+    copies: usize,
+) -> f64 {
+    use mamba3::cuda::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let calls = copies.max(UNROLLED_MIN_CALLS);
+    let (b, h, r, g, n, p, na) = (
+        config.batch,
+        config.heads,
+        config.rank,
+        config.groups,
+        config.state_dim,
+        config.head_dim,
+        config.num_angles,
+    );
+    let zeros_x = |len: usize| -> CudaSlice<X> { stream.alloc_zeros(len).expect("allocating") };
+    let zeros_f = |len: usize| -> CudaSlice<f32> { stream.alloc_zeros(len).expect("allocating") };
+    struct CopyBuffers<X: DeviceRepr> {
+        state_inputs: [CudaSlice<X>; 5],
+        scalars: [CudaSlice<f32>; 3],
+        out: CudaSlice<X>,
+    }
+    let mut states: Vec<DecodeState<X>> = (0..copies)
+        .map(|_| {
+            let mut state = DecodeState::new(stream, config).expect("allocating states");
+            state.pin_path(pinned);
+            state
+        })
+        .collect();
+    let mut buffers: Vec<CopyBuffers<X>> = (0..copies)
+        .map(|_| CopyBuffers {
+            state_inputs: [
+                zeros_x(b * tokens * r * g * n),
+                zeros_x(b * tokens * r * g * n),
+                zeros_x(b * tokens * h * p),
+                zeros_x(b * tokens * h * p),
+                zeros_x(b * h * tokens),
+            ],
+            scalars: [
+                zeros_f(b * h * tokens),
+                zeros_f(b * h * tokens),
+                zeros_f((b * tokens * h * na).max(1)),
+            ],
+            out: zeros_x(config.output_len(tokens)),
+        })
+        .collect();
+    let ctx = stream.context();
+    let tracking = ctx.is_event_tracking();
+    // SAFETY: only this capture runs while tracking is off (see `DecodeGraph`); restored below.
+    unsafe { ctx.disable_event_tracking() };
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("beginning a capture");
+    for j in 0..calls {
+        let i = j % copies;
+        let CopyBuffers {
+            state_inputs: [q, k, v, z, trap],
+            scalars: [dt, adt, angles],
+            out,
+        } = &mut buffers[i];
+        let inputs = DecodeInputs {
+            q,
+            k,
+            v,
+            z: config.has_z.then_some(&*z),
+            trap,
+            dt,
+            adt,
+            angles,
+        };
+        decode::step_tokens(gpu, stream, &mut states[i], weights, &inputs, tokens, out)
+            .expect("decode launch");
+    }
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .expect("ending the capture")
+        .expect("a captured graph");
+    if tracking {
+        // SAFETY: restores the previous setting.
+        unsafe { ctx.enable_event_tracking() };
+    }
+    graph.upload().expect("uploading the graph");
+    time_batch_ms(gpu, stream, 5, calls, || {
+        graph.launch().expect("graph replay");
+    }) * 1e3
+}
+
 /// The decode table for activations `X` over `token_counts` (see [`bench_decode`]); upstream's
 /// figures are for bf16 activations.
 fn bench_decode_dtype<X: Activation>(
@@ -237,7 +338,7 @@ fn bench_decode_dtype<X: Activation>(
         "f32"
     };
     println!(
-        "{:<26} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>8}",
+        "{:<26} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>8} {:>16}",
         format!("decode ({dtype}, H=64 P=64 N=128 R=4)"),
         "eager µs",
         "graph µs",
@@ -245,7 +346,12 @@ fn bench_decode_dtype<X: Activation>(
         "MB/call",
         "% HBM",
         "upstream µs",
-        "speedup"
+        "speedup",
+        "1-graph µs/token"
+    );
+    println!(
+        "  (graph µs: one graph per call, replayed back to back; 1-graph: at least {UNROLLED_MIN_CALLS} calls in one \
+         graph, as do_bench_cudagraph times upstream's step; % HBM and speedup from the first)"
     );
     for (batch, upstream) in decode_batches() {
         let config = DecodeConfig {
@@ -387,6 +493,10 @@ fn bench_decode_dtype<X: Activation>(
                         graph.replay().expect("graph replay");
                     }
                 });
+                drop(graphs);
+                let one_graph_us =
+                    unrolled_graph_us::<X>(gpu, stream, config, pinned, weights, tokens, copies)
+                        / tokens as f64;
                 let bytes = config.min_bytes(tokens, X::DTYPE.bytes()) as f64;
                 let per_token_us = graph_ms * 1e3 / tokens as f64;
                 let kernel = path
@@ -397,7 +507,7 @@ fn bench_decode_dtype<X: Activation>(
                     None => ("-".to_string(), "-".to_string()),
                 };
                 println!(
-                    "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11} {:>8}   kernels: {kernel} {path:?}{}",
+                    "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11} {:>8} {:>16.2}   kernels: {kernel} {path:?}{}",
                     format!("decode/{dtype}/B={batch}/T={tokens}"),
                     eager_ms * 1e3,
                     graph_ms * 1e3,
@@ -406,6 +516,7 @@ fn bench_decode_dtype<X: Activation>(
                     100.0 * bytes / (graph_ms * 1e-3) / HBM_BYTES_PER_S,
                     upstream,
                     speedup,
+                    one_graph_us,
                     if pinned.is_some() { " (pinned)" } else { "" }
                 );
             }
