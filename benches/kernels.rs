@@ -151,26 +151,19 @@ fn decode_batches() -> Vec<(usize, Option<f64>)> {
     }
 }
 
-/// Decode at H=64, P=64, N=128, R=4, G=1, Na=32, bf16 activations, f32 state, z, D and mimo_o:
-/// eager and graph-replayed, T ∈ {1, 8}, rotating through more than 100 MB of state copies so
-/// the 60 MB L2 cannot hold them.
-/// Graph-replayed µs per call of the smallest launch there is (the `sincos` primitive on 32
-/// values, one block), timed like the decode table: the floor under its per-call figures.
-fn graph_replay_floor_us(gpu: &Gpu, stream: &Arc<CudaStream>) -> f64 {
+/// Captures the launches `record` issues on `stream` into a CUDA graph, with cudarc's
+/// cross-stream event tracking off meanwhile (as `DecodeGraph` does: events recorded outside the
+/// capture would make the captured work wait on them).
+fn capture_graph(stream: &Arc<CudaStream>, record: impl FnOnce()) -> mamba3::cuda::CudaGraph {
     use mamba3::cuda::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-    let x = device_buffer(stream, 32, 0.5);
-    let (mut sin, mut cos) = (
-        device_buffer(stream, 32, 0.0),
-        device_buffer(stream, 32, 0.0),
-    );
     let ctx = stream.context();
     let tracking = ctx.is_event_tracking();
-    // SAFETY: only this capture runs while tracking is off (see `DecodeGraph`); restored below.
+    // SAFETY: only this capture runs while tracking is off; the setting is restored below.
     unsafe { ctx.disable_event_tracking() };
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .expect("beginning a capture");
-    primitives::launch_sincos(gpu, stream, &x, &mut sin, &mut cos).expect("sincos launch");
+    record();
     let graph = stream
         .end_capture(CUgraphInstantiate_flags(0))
         .expect("ending the capture")
@@ -179,6 +172,20 @@ fn graph_replay_floor_us(gpu: &Gpu, stream: &Arc<CudaStream>) -> f64 {
         // SAFETY: restores the previous setting.
         unsafe { ctx.enable_event_tracking() };
     }
+    graph
+}
+
+/// Graph-replayed µs per call of the smallest launch there is (the `sincos` primitive on 32
+/// values, one block), timed like the decode table: the floor under its per-call figures.
+fn graph_replay_floor_us(gpu: &Gpu, stream: &Arc<CudaStream>) -> f64 {
+    let x = device_buffer(stream, 32, 0.5);
+    let (mut sin, mut cos) = (
+        device_buffer(stream, 32, 0.0),
+        device_buffer(stream, 32, 0.0),
+    );
+    let graph = capture_graph(stream, || {
+        primitives::launch_sincos(gpu, stream, &x, &mut sin, &mut cos).expect("sincos launch");
+    });
     let calls = 1000;
     time_batch_ms(gpu, stream, 5, calls, || {
         for _ in 0..calls {
@@ -187,6 +194,10 @@ fn graph_replay_floor_us(gpu: &Gpu, stream: &Arc<CudaStream>) -> f64 {
     }) * 1e3
 }
 
+/// Decode at H=64, P=64, N=128, R=4, G=1, Na=32, bf16 activations, f32 state, z, D and mimo_o:
+/// eager, one graph per call replayed back to back, and calls unrolled into one graph
+/// ([`unrolled_graph_us`]), rotating through more than 100 MB of state copies so the 60 MB L2
+/// cannot hold them.
 fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
     let (h, p, n, r) = (64usize, 64usize, 128usize, 4usize);
     let mut rng = SplitMix64::new(7);
@@ -238,7 +249,6 @@ fn unrolled_graph_us<X: Activation>(
     tokens: usize,
     copies: usize,
 ) -> f64 {
-    use mamba3::cuda::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let calls = copies.max(UNROLLED_MIN_CALLS);
     let (b, h, r, g, n, p, na) = (
         config.batch,
@@ -280,41 +290,28 @@ fn unrolled_graph_us<X: Activation>(
             out: zeros_x(config.output_len(tokens)),
         })
         .collect();
-    let ctx = stream.context();
-    let tracking = ctx.is_event_tracking();
-    // SAFETY: only this capture runs while tracking is off (see `DecodeGraph`); restored below.
-    unsafe { ctx.disable_event_tracking() };
-    stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .expect("beginning a capture");
-    for j in 0..calls {
-        let i = j % copies;
-        let CopyBuffers {
-            state_inputs: [q, k, v, z, trap],
-            scalars: [dt, adt, angles],
-            out,
-        } = &mut buffers[i];
-        let inputs = DecodeInputs {
-            q,
-            k,
-            v,
-            z: config.has_z.then_some(&*z),
-            trap,
-            dt,
-            adt,
-            angles,
-        };
-        decode::step_tokens(gpu, stream, &mut states[i], weights, &inputs, tokens, out)
-            .expect("decode launch");
-    }
-    let graph = stream
-        .end_capture(CUgraphInstantiate_flags(0))
-        .expect("ending the capture")
-        .expect("a captured graph");
-    if tracking {
-        // SAFETY: restores the previous setting.
-        unsafe { ctx.enable_event_tracking() };
-    }
+    let graph = capture_graph(stream, || {
+        for j in 0..calls {
+            let i = j % copies;
+            let CopyBuffers {
+                state_inputs: [q, k, v, z, trap],
+                scalars: [dt, adt, angles],
+                out,
+            } = &mut buffers[i];
+            let inputs = DecodeInputs {
+                q,
+                k,
+                v,
+                z: config.has_z.then_some(&*z),
+                trap,
+                dt,
+                adt,
+                angles,
+            };
+            decode::step_tokens(gpu, stream, &mut states[i], weights, &inputs, tokens, out)
+                .expect("decode launch");
+        }
+    });
     graph.upload().expect("uploading the graph");
     time_batch_ms(gpu, stream, 5, calls, || {
         graph.launch().expect("graph replay");
