@@ -262,7 +262,9 @@ fn unrolled_graph_us<X: Activation>(
     let zeros_x = |len: usize| -> CudaSlice<X> { stream.alloc_zeros(len).expect("allocating") };
     let zeros_f = |len: usize| -> CudaSlice<f32> { stream.alloc_zeros(len).expect("allocating") };
     struct CopyBuffers<X: DeviceRepr> {
-        state_inputs: [CudaSlice<X>; 5],
+        /// q, k, v, z and the trap logits.
+        activations: [CudaSlice<X>; 5],
+        /// Δ, the log decays and the angle logits.
         scalars: [CudaSlice<f32>; 3],
         out: CudaSlice<X>,
     }
@@ -275,7 +277,7 @@ fn unrolled_graph_us<X: Activation>(
         .collect();
     let mut buffers: Vec<CopyBuffers<X>> = (0..copies)
         .map(|_| CopyBuffers {
-            state_inputs: [
+            activations: [
                 zeros_x(b * tokens * r * g * n),
                 zeros_x(b * tokens * r * g * n),
                 zeros_x(b * tokens * h * p),
@@ -294,7 +296,7 @@ fn unrolled_graph_us<X: Activation>(
         for j in 0..calls {
             let i = j % copies;
             let CopyBuffers {
-                state_inputs: [q, k, v, z, trap],
+                activations: [q, k, v, z, trap],
                 scalars: [dt, adt, angles],
                 out,
             } = &mut buffers[i];
