@@ -234,33 +234,57 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
 /// Fewest calls captured into the one-graph timing of [`unrolled_graph_us`].
 const UNROLLED_MIN_CALLS: usize = 16;
 
+/// Copies the eager calls' random inputs into a captured step's buffers, so that its replays
+/// compute on the same values (nonzero angles, whose `sincos` branches can diverge within a warp)
+/// rather than the zeros [`DecodeGraph`] allocates.
+fn fill_graph_inputs<X: Activation>(
+    stream: &Arc<CudaStream>,
+    inputs: &DecodeInputs<X>,
+    buffers: &mut mamba3::decode::GraphBuffers<X>,
+) {
+    let copy = "copying the inputs into a graph";
+    stream.memcpy_dtod(inputs.q, &mut buffers.q).expect(copy);
+    stream.memcpy_dtod(inputs.k, &mut buffers.k).expect(copy);
+    stream.memcpy_dtod(inputs.v, &mut buffers.v).expect(copy);
+    if let (Some(src), Some(dst)) = (inputs.z, buffers.z.as_mut()) {
+        stream.memcpy_dtod(src, dst).expect(copy);
+    }
+    stream
+        .memcpy_dtod(inputs.trap, &mut buffers.trap)
+        .expect(copy);
+    stream.memcpy_dtod(inputs.dt, &mut buffers.dt).expect(copy);
+    stream
+        .memcpy_dtod(inputs.adt, &mut buffers.adt)
+        .expect(copy);
+    stream
+        .memcpy_dtod(inputs.angles, &mut buffers.angles)
+        .expect(copy);
+}
+
 /// Per-call µs of decode calls captured back to back into one CUDA graph and replayed: the way
 /// triton's `do_bench_cudagraph` (upstream's figures) times a function, the graph's launch cost
 /// shared by its calls, as when a whole model step is one graph. Call `j` advances state copy
-/// `j mod copies` with that copy's own zeroed inputs and output (as [`DecodeGraph`] allocates
-/// them), so that neither the states nor the inputs stay in L2; at least
+/// `j mod copies` with that copy's own copy of the eager calls' random `inputs` and its own
+/// output, so that neither the states nor the inputs stay in L2; at least
 /// [`UNROLLED_MIN_CALLS`] calls.
+#[allow(clippy::too_many_arguments)]
 fn unrolled_graph_us<X: Activation>(
     gpu: &Gpu,
     stream: &Arc<CudaStream>,
     config: DecodeConfig,
     pinned: Option<DecodePath>,
     weights: &DecodeWeights,
+    inputs: &DecodeInputs<X>,
     tokens: usize,
     copies: usize,
 ) -> f64 {
     let calls = copies.max(UNROLLED_MIN_CALLS);
-    let (b, h, r, g, n, p, na) = (
-        config.batch,
-        config.heads,
-        config.rank,
-        config.groups,
-        config.state_dim,
-        config.head_dim,
-        config.num_angles,
-    );
-    let zeros_x = |len: usize| -> CudaSlice<X> { stream.alloc_zeros(len).expect("allocating") };
-    let zeros_f = |len: usize| -> CudaSlice<f32> { stream.alloc_zeros(len).expect("allocating") };
+    let copy_x = |src: &CudaSlice<X>| -> CudaSlice<X> {
+        stream.clone_dtod(src).expect("copying the inputs")
+    };
+    let copy_f = |src: &CudaSlice<f32>| -> CudaSlice<f32> {
+        stream.clone_dtod(src).expect("copying the inputs")
+    };
     struct CopyBuffers<X: DeviceRepr> {
         /// q, k, v, z and the trap logits.
         activations: [CudaSlice<X>; 5],
@@ -278,18 +302,18 @@ fn unrolled_graph_us<X: Activation>(
     let mut buffers: Vec<CopyBuffers<X>> = (0..copies)
         .map(|_| CopyBuffers {
             activations: [
-                zeros_x(b * tokens * r * g * n),
-                zeros_x(b * tokens * r * g * n),
-                zeros_x(b * tokens * h * p),
-                zeros_x(b * tokens * h * p),
-                zeros_x(b * h * tokens),
+                copy_x(inputs.q),
+                copy_x(inputs.k),
+                copy_x(inputs.v),
+                inputs
+                    .z
+                    .map_or_else(|| stream.alloc_zeros(1).expect("allocating"), &copy_x),
+                copy_x(inputs.trap),
             ],
-            scalars: [
-                zeros_f(b * h * tokens),
-                zeros_f(b * h * tokens),
-                zeros_f((b * tokens * h * na).max(1)),
-            ],
-            out: zeros_x(config.output_len(tokens)),
+            scalars: [copy_f(inputs.dt), copy_f(inputs.adt), copy_f(inputs.angles)],
+            out: stream
+                .alloc_zeros(config.output_len(tokens))
+                .expect("allocating"),
         })
         .collect();
     let graph = capture_graph(stream, || {
@@ -410,6 +434,7 @@ fn bench_decode_dtype<X: Activation>(
                 DecodePath::SharedTile,
                 DecodePath::Chunked,
                 DecodePath::TensorCore,
+                DecodePath::TensorCoreChunk,
                 DecodePath::Streaming {
                     rows_per_warp: stream_rows,
                 },
@@ -483,8 +508,10 @@ fn bench_decode_dtype<X: Activation>(
                 let mut graphs: Vec<DecodeGraph<X>> = states
                     .into_iter()
                     .map(|state| {
-                        DecodeGraph::capture(gpu, stream, state, weights, tokens)
-                            .expect("capturing the step")
+                        let mut graph = DecodeGraph::capture(gpu, stream, state, weights, tokens)
+                            .expect("capturing the step");
+                        fill_graph_inputs(stream, &inputs, graph.buffers_mut());
+                        graph
                     })
                     .collect();
                 let graph_ms = time_batch_ms(gpu, stream, 5, copies, || {
@@ -493,9 +520,9 @@ fn bench_decode_dtype<X: Activation>(
                     }
                 });
                 drop(graphs);
-                let one_graph_us =
-                    unrolled_graph_us::<X>(gpu, stream, config, pinned, weights, tokens, copies)
-                        / tokens as f64;
+                let one_graph_us = unrolled_graph_us::<X>(
+                    gpu, stream, config, pinned, weights, &inputs, tokens, copies,
+                ) / tokens as f64;
                 let bytes = config.min_bytes(tokens, X::DTYPE.bytes()) as f64;
                 let per_token_us = graph_ms * 1e3 / tokens as f64;
                 let kernel = path

@@ -76,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{} selects {:?}",
         gpu.name(),
-        config.dispatch_paths::<bf16>(1, gpu.max_shared_memory_optin())
+        config.dispatch_paths::<bf16>(1, gpu.sm_count(), gpu.max_shared_memory_optin())
     );
     let mut state = DecodeState::<bf16>::new(&stream, config)?;
     let weights = DecodeWeights {

@@ -3,13 +3,16 @@
 
 use mamba3::decode::{
     DecodeConfig, DecodePath, CHUNKED_MIN_TOKENS, REGISTER_RESIDENT_MAX_SEQUENCE_HEADS,
-    STREAMING_MIN_SEQUENCE_HEADS,
+    STREAMING_MIN_SEQUENCE_HEADS, TENSOR_CORE_CHUNK_MIN_SEQUENCE_HEADS_PER_SM_PER_TOKEN,
 };
 use mamba3::{OutputMode, Rotation};
 use mamba3_abi::{DecodeRowsSmem, DecodeSmem};
 
 /// Opt-in shared memory per block of an H100/H200 (227 KiB).
 const H200_SHARED_MEMORY: usize = 232_448;
+
+/// SMs of an H200.
+const H200_SMS: usize = 132;
 
 /// Opt-in shared memory per block of sm_86 / sm_89 GPUs (99 KiB).
 const SM86_SHARED_MEMORY: usize = 101_376;
@@ -48,32 +51,32 @@ fn small_batches_run_the_register_resident_kernel() {
         ..reference(batch)
     };
     assert_eq!(
-        reference(1).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        reference(1).dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_rows_fixed_f32_r4_n128_p64_na32"]
     );
     assert_eq!(
-        rank2(1).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
+        rank2(1).dispatch_paths::<half::bf16>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_rows_bf16_r2"]
     );
     assert_eq!(
-        reference(2).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        reference(2).dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_rows_fixed_f32_r4_n128_p64_na32"]
     );
     assert_eq!(
-        general(2).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        general(2).dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_rows_f32_r4"]
     );
     assert_eq!(REGISTER_RESIDENT_MAX_SEQUENCE_HEADS, 128);
     assert_eq!(
-        reference(3).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        reference(3).dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     assert_eq!(
-        rank2(3).dispatch_paths::<half::bf16>(2, H200_SHARED_MEMORY),
+        rank2(3).dispatch_paths::<half::bf16>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_bf16_r2"]
     );
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        reference(256).dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // Outside its geometry: N not a multiple of 4, N above 128, fused norm over more than 32 rows.
@@ -100,7 +103,10 @@ fn small_batches_run_the_register_resident_kernel() {
         } else {
             "decode_f32_r4"
         };
-        assert_eq!(c.dispatch_paths::<f32>(2, H200_SHARED_MEMORY), [shared]);
+        assert_eq!(
+            c.dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
+            [shared]
+        );
         let (r, n, p, na) = (
             c.rank as u32,
             c.state_dim as u32,
@@ -158,7 +164,10 @@ fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
                     DecodePath::TensorCore,
                     "{c:?}"
                 );
-                assert_eq!(c.dispatch_paths::<bf16>(tokens, shared_memory), [kernel]);
+                assert_eq!(
+                    c.dispatch_paths::<bf16>(tokens, H200_SMS, shared_memory),
+                    [kernel]
+                );
                 assert!(c.prefers_tensor_core::<bf16>(tokens));
                 assert!(!c.prefers_tensor_core::<f32>(tokens), "{c:?}");
             }
@@ -222,38 +231,38 @@ fn one_token_at_many_sequence_heads_streams() {
         ..reference(batch)
     };
     assert_eq!(
-        p32(8).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
+        p32(8).dispatch_paths::<half::bf16>(1, H200_SMS, H200_SHARED_MEMORY),
         ["decode_stream_bf16_r4"]
     );
     assert_eq!(
-        reference(8).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        reference(8).dispatch_paths::<f32>(1, H200_SMS, H200_SHARED_MEMORY),
         ["decode_stream_f32_r4"]
     );
     // Batch 3 (192 sequence-heads) streams one token and keeps the shared tile for two.
     assert_eq!(
-        p32(3).dispatch_paths::<half::bf16>(1, H200_SHARED_MEMORY),
+        p32(3).dispatch_paths::<half::bf16>(1, H200_SMS, H200_SHARED_MEMORY),
         ["decode_stream_bf16_r4"]
     );
     assert_eq!(
-        reference(3).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        reference(3).dispatch_paths::<f32>(1, H200_SMS, H200_SHARED_MEMORY),
         ["decode_stream_f32_r4"]
     );
     assert_eq!(
-        reference(3).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        reference(3).dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // f32 streaming has no fixed instantiation (register budget): the general kernel.
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        reference(256).dispatch_paths::<f32>(1, H200_SMS, H200_SHARED_MEMORY),
         ["decode_stream_f32_r4"]
     );
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(2, H200_SHARED_MEMORY),
+        reference(256).dispatch_paths::<f32>(2, H200_SMS, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // Few sequence-heads stay on the register-resident kernel whatever T.
     assert_eq!(
-        reference(2).dispatch_paths::<f32>(1, H200_SHARED_MEMORY),
+        reference(2).dispatch_paths::<f32>(1, H200_SMS, H200_SHARED_MEMORY),
         ["decode_rows_fixed_f32_r4_n128_p64_na32"]
     );
     // The row split aims for 4 warps per SM (528 on 132 SMs). Batch 256: 16384 warps of all
@@ -361,7 +370,8 @@ fn pinned_paths_are_checked_against_the_call() {
 }
 
 /// From [`CHUNKED_MIN_TOKENS`] tokens a bf16 call at the tensor-core forward's geometry runs the
-/// chunked forward where the GPU holds its shared memory; f32 and other geometries (whose
+/// chunked forward where the GPU holds its shared memory (up to eight tokens at many
+/// sequence-heads the chunk-form tensor-core kernel); f32 and other geometries (whose
 /// `chunked_forward` fallback is slower) keep the per-token kernels unless pinned.
 #[test]
 fn multi_token_calls_run_the_chunked_forward() {
@@ -369,10 +379,19 @@ fn multi_token_calls_run_the_chunked_forward() {
     assert_eq!(CHUNKED_MIN_TOKENS, 3);
     for batch in [1, 8, 256] {
         let c = reference(batch);
-        assert_eq!(
-            c.path::<bf16>(3, 132, H200_SHARED_MEMORY),
-            DecodePath::Chunked
-        );
+        for tokens in [3, 8] {
+            let many = batch * 64
+                >= TENSOR_CORE_CHUNK_MIN_SEQUENCE_HEADS_PER_SM_PER_TOKEN * tokens * H200_SMS;
+            assert_eq!(
+                c.path::<bf16>(tokens, 132, H200_SHARED_MEMORY),
+                if many {
+                    DecodePath::TensorCoreChunk
+                } else {
+                    DecodePath::Chunked
+                },
+                "B = {batch}, T = {tokens}"
+            );
+        }
         assert_eq!(
             c.path::<bf16>(16, 132, H200_SHARED_MEMORY),
             DecodePath::Chunked
@@ -392,10 +411,38 @@ fn multi_token_calls_run_the_chunked_forward() {
         assert!(c.check_path(DecodePath::Chunked, 8).is_ok());
     }
     // Fewer tokens than a chunk run the tensor-core forward's batch-walking short-call
-    // instantiation: one wave of blocks (two per SM), each walking the batch rows of its head.
+    // instantiation: one wave of blocks (two per SM), each walking the batch rows of its head;
+    // up to eight at many sequence-heads the chunk-form kernel (three blocks per SM), on a GPU
+    // whose shared memory holds it.
     assert_eq!(
-        reference(256).dispatch_paths::<bf16>(8, H200_SHARED_MEMORY),
+        reference(8).dispatch_paths::<bf16>(8, H200_SMS, H200_SHARED_MEMORY),
         ["forward_mma_units_bf16_r4_n128_p64_na32_c16"]
+    );
+    assert_eq!(
+        reference(256).dispatch_paths::<bf16>(8, H200_SMS, H200_SHARED_MEMORY),
+        ["decode_mma_chunk_bf16_r4_n128_p64"]
+    );
+    assert_eq!(
+        reference(256).dispatch_paths::<bf16>(9, H200_SMS, H200_SHARED_MEMORY),
+        ["forward_mma_units_bf16_r4_n128_p64_na32_c16"]
+    );
+    assert!(reference(256).prefers_tensor_core_chunk::<bf16>(8, H200_SMS, H200_SHARED_MEMORY));
+    assert!(!reference(256).prefers_tensor_core_chunk::<bf16>(2, H200_SMS, H200_SHARED_MEMORY));
+    assert!(!reference(256).prefers_tensor_core_chunk::<f32>(8, H200_SMS, H200_SHARED_MEMORY));
+    assert!(!reference(256).prefers_tensor_core_chunk::<bf16>(8, H200_SMS, 40_000));
+    // Any Na (here 16).
+    assert!(general(256).prefers_tensor_core_chunk::<bf16>(3, H200_SMS, H200_SHARED_MEMORY));
+    let err = reference(256)
+        .check_path(DecodePath::TensorCoreChunk, 9)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("path") && err.contains("1 ..= 8 tokens"),
+        "{err}"
+    );
+    assert_eq!(
+        DecodePath::TensorCoreChunk.kernel::<f32>(&reference(256), 8),
+        None
     );
     let stride = |batch: usize, heads: usize| {
         let c = DecodeConfig {
@@ -410,11 +457,11 @@ fn multi_token_calls_run_the_chunked_forward() {
     assert_eq!(stride(256, 512), 1);
     assert_eq!(stride(256, 1), 256);
     assert_eq!(
-        reference(256).dispatch_paths::<bf16>(16, H200_SHARED_MEMORY),
+        reference(256).dispatch_paths::<bf16>(16, H200_SMS, H200_SHARED_MEMORY),
         ["forward_mma_bf16_r4_n128_p64_na32_c16"]
     );
     assert_eq!(
-        reference(256).dispatch_paths::<f32>(8, H200_SHARED_MEMORY),
+        reference(256).dispatch_paths::<f32>(8, H200_SMS, H200_SHARED_MEMORY),
         ["decode_fixed_f32_r4_n128_p64_na32"]
     );
     // Pinned, the chunked path names the forward kernel that runs it.
@@ -472,7 +519,7 @@ fn dispatch_queries_do_not_panic_on_degenerate_geometries() {
         for tokens in [0, 1, 8] {
             let _ = c.path::<half::bf16>(tokens, 132, H200_SHARED_MEMORY);
             let _ = c.path::<f32>(tokens, 0, 0);
-            let _ = c.dispatch_paths::<half::bf16>(tokens, H200_SHARED_MEMORY);
+            let _ = c.dispatch_paths::<half::bf16>(tokens, H200_SMS, H200_SHARED_MEMORY);
         }
         let _ = (
             c.streaming_rows_per_warp(132),

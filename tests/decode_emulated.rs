@@ -17,8 +17,9 @@ use mamba3::golden::{
     self, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions, Rotation,
 };
 use mamba3_abi::{
-    decode_mma_smem, decode_mma_tokens_smem, DecodeParams, DecodeRowsSmem, DecodeSmem,
-    DecodeStreamSmem, DECODE_MMA_WARPS, DECODE_ROWS_WARPS, DECODE_STREAM_WARPS, DECODE_WARPS,
+    decode_mma_chunk_smem, decode_mma_smem, decode_mma_tokens_smem, DecodeParams, DecodeRowsSmem,
+    DecodeSmem, DecodeStreamSmem, DECODE_MMA_WARPS, DECODE_ROWS_WARPS, DECODE_STREAM_WARPS,
+    DECODE_WARPS,
 };
 
 use common::{angle_rel_err, quantize, rel_err, round_act, round_f32};
@@ -60,6 +61,11 @@ mod decode_mma;
 #[allow(clippy::all)]
 #[path = "../kernels/src/decode_mma_tokens.rs"]
 mod decode_mma_tokens;
+
+#[rustfmt::skip]
+#[allow(clippy::all)]
+#[path = "../kernels/src/decode_mma_chunk.rs"]
+mod decode_mma_chunk;
 
 /// Tokens of the golden prefix that produces the starting state, unless a case says otherwise.
 const PREFIX: usize = 2;
@@ -136,6 +142,8 @@ enum Kernel {
     Mma,
     /// `decode_mma_tokens.rs` at any token count.
     MmaTokens,
+    /// `decode_mma_chunk.rs`: 1–8 tokens as one chunk from the state.
+    MmaChunk,
 }
 
 /// Runs the emulated kernel over the `T` tokens of `call` from `state` (both already quantized);
@@ -175,7 +183,7 @@ fn run_emulated(
     let out = mem.put_act(&vec![0.0; out_len], bf16, "out");
     let arrivals = mem.put(&vec![0u8; 4 * g.batch * g.heads], "arrivals");
     let rows_per_warp = match kernel {
-        Kernel::Shared | Kernel::Mma | Kernel::MmaTokens => 0,
+        Kernel::Shared | Kernel::Mma | Kernel::MmaTokens | Kernel::MmaChunk => 0,
         Kernel::Rows(rows) | Kernel::Stream(rows) => rows,
     };
 
@@ -249,7 +257,7 @@ fn run_emulated(
             Some(row.register_resident) != mamba3::Kernel::decode_rows(dtype, g.rank)
         }
         Kernel::Stream(_) => Some(row.streaming) != mamba3::Kernel::decode_stream(dtype, g.rank),
-        Kernel::Mma | Kernel::MmaTokens => false,
+        Kernel::Mma | Kernel::MmaTokens | Kernel::MmaChunk => false,
     });
     assert!(
         !fixed || (g.rank, g.state_dim, g.head_dim, g.num_angles) == (4, 128, 64, 32),
@@ -325,8 +333,21 @@ fn run_emulated(
                 },
             );
         }
+        Kernel::MmaChunk => {
+            assert!(bf16, "the chunk-form decode takes bf16 activations only");
+            emulation::run_grid(
+                ((g.batch * g.heads) as u32, 1),
+                32 * DECODE_MMA_WARPS as usize,
+                decode_mma_chunk_smem::BYTES as usize / 4,
+                &mem.buffers,
+                || unsafe { decode_mma_chunk::decode_mma_chunk(&params) },
+            );
+        }
     }
-    if !matches!(kernel, Kernel::Shared | Kernel::Mma | Kernel::MmaTokens) {
+    if !matches!(
+        kernel,
+        Kernel::Shared | Kernel::Mma | Kernel::MmaTokens | Kernel::MmaChunk
+    ) {
         // The last block or warp of every (b, h) resets its counter: a replayed graph starts
         // from zero.
         // SAFETY: `arrivals` is a buffer of `mem` holding B·H u32.
@@ -781,5 +802,48 @@ fn emulated_tensor_core_decode_matches_golden_step() {
         worst.ssm <= 2e-5,
         "state error {:e} above 2e-5: the update lost its low parts",
         worst.ssm
+    );
+}
+
+#[test]
+fn emulated_chunk_form_tensor_core_decode_matches_golden_step() {
+    use OutputMode::*;
+    use Rotation::*;
+    // bf16, R = 4, N = 128, P = 64, 1–8 tokens: every output mode, both rotations, Na = N/4,
+    // N/2, one not a multiple of four and 0, with and without z and D, from a zero state and
+    // from a golden prefix, GQA.
+    let base = |tokens, na, rotation, mode, has_z, has_d| Case {
+        tokens,
+        ..case(4, 128, 64, na, 1, rotation, mode, has_z, has_d, true)
+    };
+    let mut cases = vec![
+        base(8, 32, HalfSplit, Gated, true, true),
+        base(3, 32, Pairwise, FusedNorm, true, true),
+        base(5, 64, HalfSplit, Prereduce, false, true),
+        base(1, 17, Pairwise, Gated, false, false),
+        base(7, 64, Pairwise, FusedNorm, true, false),
+        base(2, 0, HalfSplit, Prereduce, true, true),
+        base(6, 17, HalfSplit, FusedNorm, false, true),
+        Case {
+            prefix: 0,
+            ..base(4, 32, HalfSplit, Gated, true, true)
+        },
+    ];
+    let mut gqa = base(8, 32, HalfSplit, Gated, true, true);
+    gqa.heads = 4;
+    cases.push(gqa);
+    let mut worst = Errors::default();
+    for (i, &c) in cases.iter().enumerate() {
+        let e = check(c, 950 + i as u64, Kernel::MmaChunk);
+        worst.out = worst.out.max(e.out);
+        worst.ssm = worst.ssm.max(e.ssm);
+        worst.k = worst.k.max(e.k);
+    }
+    eprintln!(
+        "emulated chunk-form tensor-core decode: worst errors out {:.2e}, ssm {:.2e}, k {:.2e} over {} cases",
+        worst.out,
+        worst.ssm,
+        worst.k,
+        cases.len()
     );
 }

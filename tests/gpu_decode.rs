@@ -437,9 +437,29 @@ fn tensor_core_decode_matches_golden_on_the_reference_geometry() {
             ..auto
         });
     }
+    // The chunk form (1–8 tokens as one chunk, bf16 operands as the chunked forward: its state
+    // is held to the bf16 target, not 2e-5).
+    let chunk_form = cases.len();
+    for (tokens, mode, rotation, na) in [
+        (1, OutputMode::Gated, Rotation::HalfSplit, 32),
+        (3, OutputMode::FusedNorm, Rotation::Pairwise, 32),
+        (5, OutputMode::Prereduce, Rotation::HalfSplit, 64),
+        (8, OutputMode::Gated, Rotation::HalfSplit, 32),
+        (8, OutputMode::FusedNorm, Rotation::Pairwise, 64),
+    ] {
+        cases.push(Case {
+            tokens,
+            mode,
+            rotation,
+            na,
+            path: Some(DecodePath::TensorCoreChunk),
+            ..auto
+        });
+    }
     for (i, case) in cases.into_iter().enumerate() {
         let e = check::<bf16>(&gpu, &stream, case, 400 + i as u64);
-        assert!(e.ssm <= 2e-5, "state error {:e} for {case:?}", e.ssm);
+        let state_bound = if i >= chunk_form { 1e-2 } else { 2e-5 };
+        assert!(e.ssm <= state_bound, "state error {:e} for {case:?}", e.ssm);
         worst.out = worst.out.max(e.out);
         worst.ssm = worst.ssm.max(e.ssm);
         worst.k = worst.k.max(e.k);
@@ -852,6 +872,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         (16, 1, Some(DecodePath::Streaming { rows_per_warp: 64 })),
         (4, 8, chunked),
         (12, 8, None),
+        (3, 5, Some(DecodePath::TensorCoreChunk)),
     ] {
         let case = Case {
             batch,
@@ -955,7 +976,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
             "graph replay B={batch} T={tokens} ({}): 3 replays bitwise equal to eager",
             pin.map_or_else(
                 || config
-                    .dispatch_paths::<bf16>(tokens, gpu.max_shared_memory_optin())
+                    .dispatch_paths::<bf16>(tokens, gpu.sm_count(), gpu.max_shared_memory_optin())
                     .join(","),
                 |p| format!("{p:?}")
             )

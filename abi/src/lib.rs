@@ -247,6 +247,69 @@ pub mod decode_mma_smem {
     pub const BYTES: u32 = NORM + 4 * 4 * super::DECODE_MMA_WARPS;
 }
 
+/// Most tokens a call of the chunk-form tensor-core decode (`decode_mma_chunk_*`) takes.
+pub const DECODE_MMA_CHUNK_MAX_TOKENS: u32 = 8;
+
+/// Blocks per SM of the chunk-form tensor-core decode (≤ 168 registers: the state's 64, the
+/// read-out's 16 and the score tiles').
+pub const DECODE_MMA_CHUNK_BLOCKS_PER_SM: u32 = 3;
+
+/// Shared-memory layout of the chunk-form tensor-core decode (`decode_mma_chunk_*`), byte offsets
+/// from the dynamic shared base. Key rows `j` are the carried k̂ (`j = 0`, ranks in rows 0–3) and
+/// the call's tokens (`j = t + 1`, rows `4(t + 1) + r`), padded with zero rows to three 16-row
+/// `mma` depth steps; query rows are `4t + r`. The q̂ and k̂ tiles hold N = 128 bf16 columns in
+/// the tensor-core decode's column order (`decode_mma::logical_column`), each row padded by 16
+/// bytes so that the eight row addresses of an `ldmatrix` fall in distinct banks.
+pub mod decode_mma_chunk_smem {
+    use super::DECODE_MMA_CHUNK_MAX_TOKENS as T;
+    /// Bytes from one q̂ / k̂ row to the next (128 bf16 and 16 bytes).
+    pub const QK_STRIDE: u32 = 2 * 128 + 16;
+    /// Key rows of the k̂, x and scaled-x tiles: the carried k̂ and T tokens, four ranks each,
+    /// padded to a multiple of 16.
+    pub const KEY_ROWS: u32 = (4 * (T + 1)).div_ceil(16) * 16;
+    /// Query rows: T tokens, four ranks each.
+    pub const QUERY_ROWS: u32 = 4 * T;
+    /// Bytes from one x / scaled-x row to the next (P = 64 bf16 and 16 bytes).
+    pub const X_STRIDE: u32 = 2 * 64 + 16;
+    /// Bytes from one weighted-score row to the next (32 query columns bf16 and 16 bytes).
+    pub const W_STRIDE: u32 = 2 * QUERY_ROWS + 16;
+    /// Rotated, biased q̂ `(QUERY_ROWS, 128)` bf16.
+    pub const Q: u32 = 0;
+    /// Rotated, biased k̂ `(KEY_ROWS, 128)` bf16.
+    pub const K: u32 = Q + QUERY_ROWS * QK_STRIDE;
+    /// Up-projected x `(KEY_ROWS, 64)` bf16: row `4j + r` = v_j · mimo_v_r (v of the carried key:
+    /// the state's raw v).
+    pub const X: u32 = K + KEY_ROWS * QK_STRIDE;
+    /// x scaled by each key's weight in the state after the call `(KEY_ROWS, 64)` bf16.
+    pub const XW: u32 = X + KEY_ROWS * X_STRIDE;
+    /// Weighted scores `(KEY_ROWS, QUERY_ROWS)` bf16: `w(t, j)·(k̂_j · q̂_t)`.
+    pub const W: u32 = XW + KEY_ROWS * X_STRIDE;
+    /// Raw q rows `(QUERY_ROWS, 128)` bf16 as the input holds them (`cp.async` staging).
+    pub const RAW_Q: u32 = W + KEY_ROWS * W_STRIDE;
+    /// Raw k rows `(QUERY_ROWS, 128)` bf16 (staging).
+    pub const RAW_K: u32 = RAW_Q + QUERY_ROWS * 256;
+    /// Raw v rows `(T, 64)` bf16 (staging).
+    pub const V: u32 = RAW_K + QUERY_ROWS * 256;
+    /// Raw z rows `(T, 64)` bf16 (staging).
+    pub const Z: u32 = V + T * 128;
+    /// `(cos θ, sin θ)` of every token and angle `(T, 64)` f32 pairs.
+    pub const CS: u32 = Z + T * 128;
+    /// Per-key and per-token scalars, rows of 16 f32 (see the kernel module).
+    pub const SCAL: u32 = CS + T * 64 * 8;
+    /// Rows of [`SCAL`].
+    pub const SCAL_ROWS: u32 = 6;
+    /// Fused-norm mode: each warp's sums of squared outputs per (token, rank), `(4, T, 4)` f32.
+    pub const NORM: u32 = SCAL + SCAL_ROWS * 64;
+    /// The head's mimo_v, mimo_z, mimo_o rows `(3, R = 4, P = 64)` f32 (staging).
+    pub const MIMO: u32 = NORM + 4 * T * 4 * 4;
+    /// The head's q and k biases `(2, R = 4, N = 128)` f32 (staging).
+    pub const BIAS: u32 = MIMO + 3 * 4 * 64 * 4;
+    /// The head's norm weights `(P = 64)` f32 (staging, fused-norm mode).
+    pub const NORM_WEIGHT: u32 = BIAS + 2 * 4 * 128 * 4;
+    /// Bytes of dynamic shared memory of one block.
+    pub const BYTES: u32 = NORM_WEIGHT + 64 * 4;
+}
+
 /// Shared-memory layout of the tensor-core decode kernel's token loop (`decode_mma_tokens_*`),
 /// byte offsets from the dynamic shared base. The bf16 tiles hold rank vectors as rows of N elements in the kernel's column order
 /// (`decode_mma::logical_column`); a row is padded by 16 bytes so that the eight row addresses of
@@ -540,6 +603,11 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
     // The tensor-core decode holds a (b, h)'s state in registers (64 per thread): four blocks
     // per SM keep 128 KB of state loads in flight; the token loop also carries its angles, biases
     // and the next token's inputs, and gets three (≤ 168 registers).
+    LaunchBounds {
+        prefix: "decode_mma_chunk_",
+        max_threads: 32 * DECODE_MMA_WARPS,
+        min_blocks_per_sm: DECODE_MMA_CHUNK_BLOCKS_PER_SM,
+    },
     LaunchBounds {
         prefix: "decode_mma_tokens_",
         max_threads: 32 * DECODE_MMA_WARPS,

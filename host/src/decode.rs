@@ -23,10 +23,10 @@ use cudarc::driver::{
     CudaGraph, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    decode_mma_smem, decode_mma_tokens_smem, decode_rows_max_per_warp, decode_stream_blocks_per_sm,
-    DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem, ForwardParams, DECODE_MMA_GEOMETRY,
-    DECODE_MMA_WARPS, DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS, DECODE_STREAM_MAX_N,
-    DECODE_STREAM_WARPS, DECODE_WARPS,
+    decode_mma_chunk_smem, decode_mma_smem, decode_mma_tokens_smem, decode_rows_max_per_warp,
+    decode_stream_blocks_per_sm, DecodeParams, DecodeRowsSmem, DecodeSmem, DecodeStreamSmem,
+    ForwardParams, DECODE_MMA_CHUNK_MAX_TOKENS, DECODE_MMA_GEOMETRY, DECODE_MMA_WARPS,
+    DECODE_ROWS_MAX_N, DECODE_ROWS_WARPS, DECODE_STREAM_MAX_N, DECODE_STREAM_WARPS, DECODE_WARPS,
 };
 
 use crate::config::{Activation, Dtype, OutputMode, Rotation};
@@ -67,6 +67,18 @@ pub const REGISTER_RESIDENT_MAX_SEQUENCE_HEADS: usize = 128;
 /// 37.9, B = 256 80.0 against 141.7): the step runs each token's prologue, update and read-out
 /// one after another in every block, the chunked call shares them as chunk GEMMs.
 pub const CHUNKED_MIN_TOKENS: usize = 3;
+
+/// Fewest sequence-heads B·H per SM and token for which a call of [`CHUNKED_MIN_TOKENS`] to
+/// `mamba3_abi::DECODE_MMA_CHUNK_MAX_TOKENS` tokens runs [`DecodePath::TensorCoreChunk`]
+/// (see [`DecodeConfig::prefers_tensor_core_chunk`]).
+///
+/// Measured on the H200 (H = 64, graph µs per call, chunk form against the units kernel of
+/// [`DecodePath::Chunked`], 2026-12-02): its advantage shrinks with T and grows with the batch.
+/// T = 3: B = 16 40.2 against 42.2, B = 32 74.7 against 79.2, B = 256 507 against 580; T = 8:
+/// B = 16 48.3 against 45.8, B = 32 90.9 against 86.9, B = 64 164.6 against 166.3, B = 256
+/// 587 against 641. Four per SM and token puts the crossover at B ≈ 25 for T = 3 and B ≈ 66
+/// for T = 8 at H = 64 on 132 SMs.
+pub const TENSOR_CORE_CHUNK_MIN_SEQUENCE_HEADS_PER_SM_PER_TOKEN: usize = 4;
 
 /// Chunk size of [`DecodePath::Chunked`]: the chunk of the fixed-geometry and tensor-core
 /// forward instantiations, so a call of up to 16 tokens is one chunk.
@@ -120,6 +132,12 @@ pub enum DecodePath {
     /// into bf16 `hi + lo` pairs, so the state keeps about 2^-16 of each update's size. One token
     /// runs `decode_mma_bf16_*`, more the token-loop entry `decode_mma_tokens_bf16_*`.
     TensorCore,
+    /// `decode_mma_chunk_*`: bf16 activations at R = 4, N = 128, P = 64 (any Na), 1 ≤ T ≤
+    /// `mamba3_abi::DECODE_MMA_CHUNK_MAX_TOKENS`: the call's tokens as one chunk of the SSD
+    /// decomposition (read-out from the state, weighted scores, intra term and state update as
+    /// bf16 `mma` products, the chunked forward's roundings) in a block per (b, h) that holds the
+    /// state as tensor-core accumulators, three blocks per SM.
+    TensorCoreChunk,
     /// The chunked forward (`forward_mma_*` where the dtype and geometry have the tensor-core
     /// kernel, else `forward_fma_*`, see [`crate::forward::kernel_for`]) over the call's T tokens
     /// as one sequence in chunks of [`DECODE_FORWARD_CHUNK`], started from the state and writing
@@ -162,6 +180,13 @@ impl DecodePath {
                 config.head_dim,
                 tokens,
             ),
+            (DecodePath::TensorCoreChunk, _) => Kernel::decode_tensor_core_chunk(
+                X::DTYPE,
+                rank,
+                config.state_dim,
+                config.head_dim,
+                tokens,
+            ),
             (DecodePath::Chunked, _) => {
                 let forward = config.forward_config(tokens, X::DTYPE);
                 forward::units_kernel(&forward).or_else(|| forward::kernel_for(&forward))
@@ -172,7 +197,10 @@ impl DecodePath {
     /// State rows per warp (0 for the shared-tile kernel, which takes none).
     pub fn rows_per_warp(&self) -> u32 {
         match *self {
-            DecodePath::SharedTile | DecodePath::Chunked | DecodePath::TensorCore => 0,
+            DecodePath::SharedTile
+            | DecodePath::Chunked
+            | DecodePath::TensorCore
+            | DecodePath::TensorCoreChunk => 0,
             DecodePath::RegisterResident { rows_per_warp }
             | DecodePath::Streaming { rows_per_warp } => rows_per_warp,
         }
@@ -358,7 +386,9 @@ impl DecodeConfig {
         max_shared_memory: usize,
     ) -> DecodePath {
         let many = self.sequence_heads() >= STREAMING_MIN_SEQUENCE_HEADS;
-        if self.prefers_chunked::<X>(tokens, max_shared_memory) {
+        if self.prefers_tensor_core_chunk::<X>(tokens, sm_count, max_shared_memory) {
+            DecodePath::TensorCoreChunk
+        } else if self.prefers_chunked::<X>(tokens, max_shared_memory) {
             DecodePath::Chunked
         } else if self.prefers_tensor_core::<X>(tokens) {
             DecodePath::TensorCore
@@ -373,6 +403,30 @@ impl DecodeConfig {
         } else {
             DecodePath::SharedTile
         }
+    }
+
+    /// Whether [`DecodeConfig::path`] picks [`DecodePath::TensorCoreChunk`] for a call over
+    /// `tokens` tokens with activations `X` on a GPU of `sm_count` SMs whose opt-in shared
+    /// memory per block is `max_shared_memory` bytes: bf16 at the tensor-core geometry, from
+    /// [`CHUNKED_MIN_TOKENS`] to `mamba3_abi::DECODE_MMA_CHUNK_MAX_TOKENS` tokens, and at least
+    /// [`TENSOR_CORE_CHUNK_MIN_SEQUENCE_HEADS_PER_SM_PER_TOKEN`]·T sequence-heads per SM, where
+    /// its three blocks per SM beat the units kernel's batch walk.
+    pub fn prefers_tensor_core_chunk<X: Activation>(
+        &self,
+        tokens: usize,
+        sm_count: usize,
+        max_shared_memory: usize,
+    ) -> bool {
+        tokens >= CHUNKED_MIN_TOKENS
+            && self.check_path(DecodePath::TensorCoreChunk, tokens).is_ok()
+            && DecodePath::TensorCoreChunk
+                .kernel::<X>(self, tokens)
+                .is_some()
+            && decode_mma_chunk_smem::BYTES as usize <= max_shared_memory
+            && self.sequence_heads()
+                >= TENSOR_CORE_CHUNK_MIN_SEQUENCE_HEADS_PER_SM_PER_TOKEN
+                    .saturating_mul(tokens)
+                    .saturating_mul(sm_count)
     }
 
     /// Whether [`DecodeConfig::path`] picks [`DecodePath::Chunked`] for a call over `tokens`
@@ -447,6 +501,18 @@ impl DecodeConfig {
                         )
                     },
                 )
+            }
+            DecodePath::TensorCoreChunk => {
+                let [r, n, p] = DECODE_MMA_GEOMETRY.map(|d| d as usize);
+                let max = DECODE_MMA_CHUNK_MAX_TOKENS as usize;
+                (!(1..=max).contains(&tokens)
+                    || (self.rank, self.state_dim, self.head_dim) != (r, n, p))
+                    .then(|| {
+                        format!(
+                            "needs 1 ..= {max} tokens and (R, N, P) = ({r}, {n}, {p}) with bf16 \
+                             activations"
+                        )
+                    })
             }
             DecodePath::Streaming { rows_per_warp } => {
                 if rows_per_warp == 0 {
@@ -535,15 +601,17 @@ impl DecodeConfig {
         }
     }
 
-    /// The kernels a call over `tokens` tokens with activation type `X` launches on a GPU whose
-    /// opt-in shared memory per block is `max_shared_memory` bytes, by symbol (the choice does
-    /// not depend on the SM count, only the row split does).
+    /// The kernels a call over `tokens` tokens with activation type `X` launches on a GPU of
+    /// `sm_count` SMs whose opt-in shared memory per block is `max_shared_memory` bytes, by
+    /// symbol (the SM count decides the row splits and whether a call of a few tokens runs the
+    /// chunk-form tensor-core kernel, see [`DecodeConfig::prefers_tensor_core_chunk`]).
     pub fn dispatch_paths<X: Activation>(
         &self,
         tokens: usize,
+        sm_count: usize,
         max_shared_memory: usize,
     ) -> Vec<&'static str> {
-        self.path::<X>(tokens, 1, max_shared_memory)
+        self.path::<X>(tokens, sm_count, max_shared_memory)
             .kernel::<X>(self, tokens)
             .map(|k| vec![k.symbol()])
             .unwrap_or_default()
@@ -1021,6 +1089,11 @@ pub fn step_tokens<X: Activation>(
         DecodePath::Chunked => {
             return step_chunked(gpu, stream, state, weights, inputs, tokens, out);
         }
+        DecodePath::TensorCoreChunk => LaunchConfig {
+            grid_dim: ((c.batch * c.heads) as u32, 1, 1),
+            block_dim: (32 * DECODE_MMA_WARPS, 1, 1),
+            shared_mem_bytes: decode_mma_chunk_smem::BYTES,
+        },
         DecodePath::TensorCore => LaunchConfig {
             grid_dim: ((c.batch * c.heads) as u32, 1, 1),
             block_dim: (32 * DECODE_MMA_WARPS, 1, 1),
@@ -1040,7 +1113,7 @@ pub fn step_tokens<X: Activation>(
         }
     };
     let kernel = path.kernel::<X>(&c, tokens).ok_or_else(|| match path {
-        DecodePath::TensorCore => {
+        DecodePath::TensorCore | DecodePath::TensorCoreChunk => {
             Error::invalid("path", format!("{path:?}"), "needs bf16 activations")
         }
         _ => Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"),
@@ -1070,7 +1143,9 @@ pub fn step_tokens<X: Activation>(
     // fused norm, the zeroed counters; shared tile: grid (H,B), DECODE_WARPS warps, DecodeSmem;
     // tensor core: grid B·H, DECODE_MMA_WARPS warps, bf16, the kernel's geometry, the one-token
     // entry with decode_mma_smem bytes for one token, else the token loop with
-    // decode_mma_tokens_smem bytes).
+    // decode_mma_tokens_smem bytes; chunk form: 1 ≤ T ≤ DECODE_MMA_CHUNK_MAX_TOKENS, the same
+    // grid and warps, decode_mma_chunk_smem bytes; q, k, v, z whole allocations, so 16-byte
+    // aligned).
     let launched = unsafe { launch.run(cfg) };
     drop(ptrs);
     launched

@@ -72,6 +72,9 @@ pub enum Kernel {
     /// Tensor-core decode of one token (the state as `mma` accumulators), bf16 activations,
     /// R=4, N=128, P=64, any Na ≤ 64.
     DecodeMmaBf16R4N128P64,
+    /// Tensor-core decode of 1–8 tokens in chunk form (one chunk of the SSD decomposition
+    /// started from the state held as `mma` accumulators), bf16, R = 4, N = 128, P = 64.
+    DecodeMmaChunkBf16R4N128P64,
     /// Tensor-core decode over T ≥ 1 tokens, the state held in the accumulators across them
     /// (bf16, R = 4, N = 128, P = 64).
     DecodeMmaTokensBf16R4N128P64,
@@ -176,7 +179,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 75] = [
+    pub const ALL: [Kernel; 76] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -213,6 +216,7 @@ impl Kernel {
         Kernel::DecodeRowsFixedBf16R4N128P64Na32,
         Kernel::DecodeStreamFixedBf16R4N128P64Na32,
         Kernel::DecodeMmaBf16R4N128P64,
+        Kernel::DecodeMmaChunkBf16R4N128P64,
         Kernel::DecodeMmaTokensBf16R4N128P64,
         Kernel::ForwardFmaF32R1,
         Kernel::ForwardFmaF32R2,
@@ -291,6 +295,7 @@ impl Kernel {
             Kernel::DecodeFixedBf16R4N128P64Na32 => "decode_fixed_bf16_r4_n128_p64_na32",
             Kernel::DecodeRowsFixedF32R4N128P64Na32 => "decode_rows_fixed_f32_r4_n128_p64_na32",
             Kernel::DecodeMmaBf16R4N128P64 => "decode_mma_bf16_r4_n128_p64",
+            Kernel::DecodeMmaChunkBf16R4N128P64 => "decode_mma_chunk_bf16_r4_n128_p64",
             Kernel::DecodeMmaTokensBf16R4N128P64 => "decode_mma_tokens_bf16_r4_n128_p64",
             Kernel::DecodeRowsFixedBf16R4N128P64Na32 => "decode_rows_fixed_bf16_r4_n128_p64_na32",
             Kernel::DecodeStreamFixedBf16R4N128P64Na32 => {
@@ -390,6 +395,23 @@ impl Kernel {
             Kernel::DecodeMmaTokensBf16R4N128P64
         };
         (dtype == crate::Dtype::Bf16 && (rank, state_dim, head_dim) == (r, n, p)).then_some(kernel)
+    }
+
+    /// The chunk-form tensor-core decode kernel for an activation dtype, rank, state size, head
+    /// dim and a call of `tokens` tokens, if instantiated (bf16 at
+    /// `mamba3_abi::DECODE_MMA_GEOMETRY`, any Na ≤ N/2, 1 ≤ tokens ≤
+    /// `mamba3_abi::DECODE_MMA_CHUNK_MAX_TOKENS`).
+    pub fn decode_tensor_core_chunk(
+        dtype: crate::Dtype,
+        rank: usize,
+        state_dim: usize,
+        head_dim: usize,
+        tokens: usize,
+    ) -> Option<Kernel> {
+        let max = mamba3_abi::DECODE_MMA_CHUNK_MAX_TOKENS as usize;
+        Kernel::decode_tensor_core(dtype, rank, state_dim, head_dim, 1)
+            .filter(|_| (1..=max).contains(&tokens))
+            .map(|_| Kernel::DecodeMmaChunkBf16R4N128P64)
     }
 
     /// The chunked-forward kernel for an activation dtype and rank, if instantiated.

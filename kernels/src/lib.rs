@@ -19,6 +19,7 @@ pub mod chunked_forward_mma;
 pub mod chunked_forward_tf32;
 pub mod decode;
 pub mod decode_mma;
+pub mod decode_mma_chunk;
 pub mod decode_mma_tokens;
 pub mod decode_rows;
 pub mod decode_stream;
