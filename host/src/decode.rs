@@ -9,8 +9,10 @@
 //!
 //! [`step_tokens`] is one kernel launch for `T ≥ 1` tokens: the state is read once and written once.
 //! From [`CHUNKED_MIN_TOKENS`] tokens (bf16 at the tensor-core forward's geometry) that launch is
-//! the chunked forward over the call's tokens started from the state ([`DecodePath::Chunked`]);
-//! below that, bf16 calls at R = 4, N = 128, P = 64 run the tensor-core step
+//! the chunked forward over the call's tokens started from the state ([`DecodePath::Chunked`]),
+//! or, up to eight tokens at many sequence-heads, the chunk-form tensor-core step
+//! ([`DecodePath::TensorCoreChunk`]: the tokens as one chunk in a block per (b, h) holding the
+//! state in `mma` accumulators); below that, bf16 calls at R = 4, N = 128, P = 64 run the tensor-core step
 //! ([`DecodePath::TensorCore`]), whose blocks keep the state in `mma` accumulators across the
 //! call's tokens.
 //! Launches validate first, then neither allocate nor synchronize, so they can be captured.
