@@ -217,6 +217,14 @@ fn bench_decode(gpu: &Gpu, stream: &Arc<CudaStream>) {
         d: Some(&d),
         norm_weight: None,
     };
+    // `MAMBA3_BENCH_PROGRAMMATIC=0` turns programmatic dependent launch off (A/B runs).
+    let programmatic = gpu.set_programmatic_launch(
+        std::env::var("MAMBA3_BENCH_PROGRAMMATIC").map_or(true, |v| v != "0"),
+    );
+    println!(
+        "decode: programmatic dependent launch {}",
+        if programmatic { "on" } else { "off" }
+    );
     println!(
         "decode: graph replay of a one-block kernel (the floor of the graph µs column): {:.2} µs",
         graph_replay_floor_us(gpu, stream)

@@ -1102,3 +1102,137 @@ fn bad_inputs_are_rejected_before_launch() {
         other => panic!("expected Error::SharedMemory, got {other}"),
     }
 }
+
+/// Runs `steps` back-to-back calls of `tokens` tokens on one state from zero (no host
+/// synchronization between them, so with programmatic dependent launch each call's kernel is
+/// scheduled while the previous one runs), optionally all captured into one graph and replayed
+/// once; returns the last call's output and the final state.
+fn chained_steps(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    case: Case,
+    dev: &DeviceInputs<bf16>,
+    steps: usize,
+    in_one_graph: bool,
+) -> (Vec<bf16>, HostDecodeState<bf16>) {
+    use mamba3::cuda::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let config = case.config(1e-5);
+    let mut state = DecodeState::<bf16>::new(stream, config).unwrap();
+    state.pin_path(case.path);
+    let mut out = stream
+        .alloc_zeros::<bf16>(config.output_len(case.tokens))
+        .unwrap();
+    let run = |state: &mut DecodeState<bf16>, out: &mut CudaSlice<bf16>| {
+        for _ in 0..steps {
+            decode::step_tokens(
+                gpu,
+                stream,
+                state,
+                &dev.weights(),
+                &dev.inputs(),
+                case.tokens,
+                out,
+            )
+            .unwrap();
+        }
+    };
+    if in_one_graph {
+        let ctx = stream.context();
+        let tracking = ctx.is_event_tracking();
+        // SAFETY: only this capture runs while tracking is off; restored below.
+        unsafe { ctx.disable_event_tracking() };
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .unwrap();
+        run(&mut state, &mut out);
+        let graph = stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .unwrap()
+            .expect("a captured graph");
+        if tracking {
+            // SAFETY: restores the previous setting.
+            unsafe { ctx.enable_event_tracking() };
+        }
+        graph.launch().unwrap();
+    } else {
+        run(&mut state, &mut out);
+    }
+    (
+        stream.clone_dtoh(&out).unwrap(),
+        state.to_host(stream).unwrap(),
+    )
+}
+
+/// Programmatic dependent launch (compute capability 9.0 and newer) lets each decode kernel start
+/// while the previous call's kernel still runs; every block waits for that kernel before touching
+/// memory. Chains of calls on one state (each call reads the state the previous one writes), run
+/// eagerly and as one captured graph with the launch on, must give bitwise the state and output
+/// of the same chain launched in plain stream order, which must match the golden recurrence.
+#[test]
+fn programmatic_launch_gives_the_plain_launch_results() {
+    let gpu = gpu_or_skip!();
+    if !gpu.programmatic_launch() {
+        eprintln!(
+            "SKIPPED: compute capability {:?} has no programmatic dependent launch",
+            gpu.compute_capability()
+        );
+        return;
+    }
+    let stream = gpu.context().new_stream().unwrap();
+    let steps = 24;
+    for (batch, tokens, path) in [
+        (1, 1, None),
+        (
+            2,
+            1,
+            Some(DecodePath::RegisterResident { rows_per_warp: 2 }),
+        ),
+        (4, 1, Some(DecodePath::Streaming { rows_per_warp: 16 })),
+        (2, 1, Some(DecodePath::SharedTile)),
+        (1, 8, None),
+        (3, 5, Some(DecodePath::TensorCoreChunk)),
+    ] {
+        let case = Case {
+            batch,
+            tokens,
+            prefix: 0,
+            path,
+            ..REFERENCE
+        };
+        let call = case.inputs::<bf16>(90 + batch as u64);
+        let dev = DeviceInputs::<bf16>::upload_with(&stream, &call, up_f32_nonempty);
+        gpu.set_programmatic_launch(false);
+        let plain = chained_steps(&gpu, &stream, case, &dev, steps, false);
+        gpu.set_programmatic_launch(true);
+        let eager = chained_steps(&gpu, &stream, case, &dev, steps, false);
+        let graph = chained_steps(&gpu, &stream, case, &dev, steps, true);
+        for (name, (out, state)) in [("eager", &eager), ("one graph", &graph)] {
+            assert!(
+                out.iter()
+                    .zip(&plain.0)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "B={batch} T={tokens} {path:?}: {name} output with programmatic launch differs"
+            );
+            assert_eq!(
+                state, &plain.1,
+                "B={batch} T={tokens} {path:?}: {name} state with programmatic launch differs"
+            );
+        }
+        let mut reference = FinalStates::zeros(&case.geometry(1)).unwrap();
+        let mut want = Vec::new();
+        for _ in 0..steps {
+            want = golden::step(&call, &mut reference).unwrap();
+            quantize_state::<bf16>(&mut reference);
+        }
+        let err = rel_err(&to_f64(&plain.0), &want);
+        let tol = tolerance(Dtype::Bf16, 0.0);
+        assert!(
+            err <= tol,
+            "B={batch} T={tokens} {path:?}: step {steps} output error {err:e} > {tol:e}"
+        );
+        eprintln!(
+            "programmatic launch B={batch} T={tokens} {path:?}: {steps} chained calls bitwise \
+             equal to plain launches (eager and one graph), golden error {err:.2e}"
+        );
+    }
+}

@@ -87,6 +87,13 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
     std::fs::create_dir_all(&dir).unwrap();
     let ptx_file = dir.join("mamba3_kernels.ptx");
     std::fs::write(&ptx_file, mamba3::PTX).unwrap();
+    // Compute capability 9.0 and newer load the rewrite with `griddepcontrol` (PTX 7.8, sm_90).
+    let hopper_file = dir.join("mamba3_kernels_sm90.ptx");
+    std::fs::write(
+        &hopper_file,
+        mamba3::ptx_for_compute_capability(9, 0).as_ref(),
+    )
+    .unwrap();
     let entries = mamba3::ptx_entry_points(mamba3::PTX);
     assert!(!entries.is_empty(), "the PTX declares no entry point");
 
@@ -106,7 +113,11 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
                 "-o",
             ])
             .arg(dir.join(format!("{arch}.cubin")))
-            .arg(&ptx_file)
+            .arg(if arch == "sm_90" {
+                &hopper_file
+            } else {
+                &ptx_file
+            })
             .output()
             .expect("running ptxas");
         let text = format!(
@@ -142,5 +153,81 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
         failures.is_empty(),
         "PTX gate failed:\n{}",
         failures.join("\n")
+    );
+}
+
+/// The body of entry `name` in `ptx`: from its `.entry` line to the next entry or the end.
+fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let start = ptx
+        .find(&format!(".entry {name}("))
+        .unwrap_or_else(|| panic!("no entry {name} in the PTX"));
+    let rest = &ptx[start..];
+    let end = rest[1..].find(".entry ").map_or(rest.len(), |i| i + 1);
+    &rest[..end]
+}
+
+/// Whether a PTX line touches memory another grid may write (anything but kernel parameters).
+fn touches_global_memory(line: &str) -> bool {
+    let op = line.trim_start();
+    let is_memory_op = ["ld.", "st.", "atom.", "red.", "cp.async", "prefetch"]
+        .iter()
+        .any(|p| op.starts_with(p));
+    is_memory_op && !op.starts_with("ld.param")
+}
+
+/// Every kernel the host may launch with programmatic stream serialization waits for the previous
+/// grid before its first memory access (anything earlier could read data that kernel is still
+/// writing), and no other kernel carries the prologue.
+#[test]
+fn dependent_launch_prologue_precedes_every_memory_access() {
+    let wait = mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER;
+    let launch = mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER;
+    let mut marked = 0;
+    for kernel in mamba3::Kernel::ALL {
+        let body = entry_body(mamba3::PTX, kernel.symbol());
+        if !kernel.waits_for_prerequisite_grids() {
+            assert!(
+                !body.contains(wait) && !body.contains(launch),
+                "{} carries the dependent-launch prologue but is not launched with it",
+                kernel.symbol()
+            );
+            continue;
+        }
+        marked += 1;
+        let wait_at = body
+            .find(wait)
+            .unwrap_or_else(|| panic!("{} has no griddepcontrol.wait marker", kernel.symbol()));
+        let launch_at = body
+            .find(launch)
+            .unwrap_or_else(|| panic!("{} has no launch_dependents marker", kernel.symbol()));
+        assert!(
+            launch_at > wait_at,
+            "{}: launch_dependents before the wait",
+            kernel.symbol()
+        );
+        if let Some(line) = body[..wait_at].lines().find(|l| touches_global_memory(l)) {
+            panic!(
+                "{} accesses memory before griddepcontrol.wait: {}",
+                kernel.symbol(),
+                line.trim()
+            );
+        }
+    }
+    assert!(
+        marked > 0,
+        "no kernel carries the dependent-launch prologue"
+    );
+
+    let hopper = mamba3::ptx_for_compute_capability(9, 0);
+    assert!(hopper.contains(".version 7.8\n") && hopper.contains(".target sm_90\n"));
+    assert!(!hopper.contains(wait) && !hopper.contains(launch));
+    assert_eq!(hopper.matches("griddepcontrol.wait;").count(), marked);
+    assert_eq!(
+        hopper.matches("griddepcontrol.launch_dependents;").count(),
+        marked
+    );
+    assert_eq!(
+        mamba3::ptx_for_compute_capability(8, 9).as_ref(),
+        mamba3::PTX
     );
 }

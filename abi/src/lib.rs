@@ -31,6 +31,15 @@ pub use backward::{
     BACKWARD_MMA_THREADS, BACKWARD_THREADS, BACKWARD_TOKEN_SCALARS,
 };
 
+/// The comment a kernel's inline assembly emits where `griddepcontrol.wait;` belongs (PTX ISA 7.8,
+/// sm_90): the `sm_80` module keeps it as a comment, the host's rewrite for compute capability
+/// 9.0 and newer replaces it by the instruction.
+pub const GRIDDEPCONTROL_WAIT_MARKER: &str = "// mamba3-griddepcontrol: wait";
+/// The comment a kernel's inline assembly emits where `griddepcontrol.launch_dependents;` belongs
+/// (see [`GRIDDEPCONTROL_WAIT_MARKER`]).
+pub const GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER: &str =
+    "// mamba3-griddepcontrol: launch_dependents";
+
 /// Warps per block of the decode kernel.
 pub const DECODE_WARPS: u32 = 4;
 

@@ -1135,8 +1135,7 @@ pub fn step_tokens<X: Activation>(
         rows_per_warp,
     );
     let args = DecodeArgs(params);
-    let mut launch = gpu.launch(stream, kernel)?;
-    launch.arg(&args);
+    let launch = gpu.launch(stream, kernel)?;
     // SAFETY: every pointer was validated against the config's shapes above, `check_path` holds,
     // and the launch shape is the chosen kernel's contract (register-resident: grid (H·splits, B),
     // DECODE_ROWS_WARPS warps, DecodeRowsSmem bytes, N % 4 == 0, N ≤ 128, one block per (b, h) in
@@ -1148,7 +1147,9 @@ pub fn step_tokens<X: Activation>(
     // decode_mma_tokens_smem bytes; chunk form: 1 ≤ T ≤ DECODE_MMA_CHUNK_MAX_TOKENS, the same
     // grid and warps, decode_mma_chunk_smem bytes; q, k, v, z whole allocations, so 16-byte
     // aligned).
-    let launched = unsafe { launch.run(cfg) };
+    // Decode kernels start with the dependent-launch prologue, so `run_with_params` may let this
+    // one be scheduled while the previous kernel of the stream finishes.
+    let launched = unsafe { launch.run_with_params(cfg, &args) };
     drop(ptrs);
     launched
 }

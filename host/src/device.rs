@@ -2,13 +2,15 @@
 //! and the one launch path every kernel goes through.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::sys::{CUlaunchAttribute, CUlaunchAttributeID, CUlaunchConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -32,6 +34,11 @@ pub struct Gpu {
     compute_capability: (i32, i32),
     sm_count: usize,
     smem_optin: usize,
+    /// Whether the loaded module carries `griddepcontrol` (compute capability 9.0 and newer).
+    programmatic_supported: bool,
+    /// Whether kernels with the dependent-launch prologue are launched with programmatic stream
+    /// serialization (see [`Gpu::set_programmatic_launch`]).
+    programmatic_enabled: AtomicBool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -95,7 +102,9 @@ impl Gpu {
             .name()
             .map_err(Error::driver("reading the device name"))?;
         let module = ctx
-            .load_module(Ptx::from_src(crate::PTX))
+            .load_module(Ptx::from_src(
+                crate::ptx_for_compute_capability(major, minor).into_owned(),
+            ))
             .map_err(Error::driver("loading the PTX module"))?;
         let gpu = Arc::new(Gpu {
             ctx,
@@ -106,6 +115,8 @@ impl Gpu {
             compute_capability: (major, minor),
             sm_count,
             smem_optin,
+            programmatic_supported: major >= 9,
+            programmatic_enabled: AtomicBool::new(major >= 9),
         });
         open.insert(ordinal, gpu.clone());
         Ok(gpu)
@@ -141,6 +152,26 @@ impl Gpu {
         self.smem_optin
     }
 
+    /// Whether decode launches use programmatic dependent launch (on by default from compute
+    /// capability 9.0).
+    ///
+    /// With it, a decode kernel may be scheduled while the previous kernel of its stream still
+    /// runs; each of its blocks waits (`griddepcontrol.wait`) for that kernel's completion and
+    /// memory before touching global memory, so results are the same either way and only the gap
+    /// between the two kernels shrinks (in a CUDA graph too: the capture records a programmatic
+    /// edge). Before 9.0 the module has no `griddepcontrol` and this stays off.
+    pub fn programmatic_launch(&self) -> bool {
+        self.programmatic_supported && self.programmatic_enabled.load(Ordering::Relaxed)
+    }
+
+    /// Turns programmatic dependent launch of the decode kernels on or off for launches enqueued
+    /// from now on (graphs already captured keep what they recorded); returns whether it is in
+    /// effect, which is `false` below compute capability 9.0 whatever `enabled` says.
+    pub fn set_programmatic_launch(&self, enabled: bool) -> bool {
+        self.programmatic_enabled.store(enabled, Ordering::Relaxed);
+        self.programmatic_launch()
+    }
+
     fn function(&self, kernel: Kernel) -> Result<&CudaFunction> {
         let slot = &self.functions[kernel.index()];
         if let Some(f) = slot.get() {
@@ -165,6 +196,7 @@ impl Gpu {
             gpu: self,
             kernel,
             function,
+            stream,
             args: stream.launch_builder(function),
         })
     }
@@ -175,6 +207,7 @@ pub(crate) struct Launch<'a> {
     gpu: &'a Gpu,
     kernel: Kernel,
     function: &'a CudaFunction,
+    stream: &'a CudaStream,
     args: LaunchArgs<'a>,
 }
 
@@ -195,6 +228,70 @@ impl<'a> Launch<'a> {
     /// The pushed arguments must match the kernel's parameter list and the buffers must have the
     /// sizes the kernel's contract states for `cfg`.
     pub(crate) unsafe fn run(mut self, cfg: LaunchConfig) -> Result<()> {
+        self.grant_shared_memory(&cfg)?;
+        // SAFETY: the caller guarantees the argument list and buffer sizes.
+        unsafe { self.args.launch(cfg) }.map_err(Error::driver("launching a kernel"))?;
+        Ok(())
+    }
+
+    /// Enqueues a kernel whose parameter list is the one by-value struct `params` (pushed here, not
+    /// through [`Launch::arg`]). Kernels of [`Kernel::waits_for_prerequisite_grids`] go through
+    /// `cuLaunchKernelEx` with programmatic stream serialization when [`Gpu::programmatic_launch`]
+    /// is on; everything else as [`Launch::run`].
+    ///
+    /// # Safety
+    /// As [`Launch::run`], with `params` the kernel's whole parameter list.
+    pub(crate) unsafe fn run_with_params<P: DeviceRepr>(
+        mut self,
+        cfg: LaunchConfig,
+        params: &'a P,
+    ) -> Result<()> {
+        if !(self.kernel.waits_for_prerequisite_grids() && self.gpu.programmatic_launch()) {
+            self.args.arg(params);
+            // SAFETY: forwarded.
+            return unsafe { self.run(cfg) };
+        }
+        self.grant_shared_memory(&cfg)?;
+        // SAFETY: an all-zero attribute is a valid value of this plain C struct; the id and the
+        // union member set next are the pair the driver reads.
+        let mut attribute: CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attribute.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        let config = CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attribute,
+            numAttrs: 1,
+        };
+        let mut args = [params as *const P as *mut std::ffi::c_void];
+        self.gpu
+            .ctx
+            .bind_to_thread()
+            .map_err(Error::driver("binding the context"))?;
+        // SAFETY: `config` and `args` outlive the call (the driver copies the parameters when it
+        // enqueues); the caller guarantees `params` is the kernel's parameter list, and the kernel
+        // waits for the previous grid before touching memory (its dependent-launch prologue).
+        unsafe {
+            cudarc::driver::sys::cuLaunchKernelEx(
+                &config,
+                self.function.cu_function(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(Error::driver("launching a kernel"))
+    }
+
+    /// Checks the shared memory against the device's opt-in limit (typed error naming both
+    /// figures) and raises the function's limit once when above 48 KB.
+    fn grant_shared_memory(&mut self, cfg: &LaunchConfig) -> Result<()> {
         let needed = cfg.shared_mem_bytes as usize;
         if needed > self.gpu.smem_optin {
             return Err(Error::SharedMemory {
@@ -213,8 +310,6 @@ impl<'a> Launch<'a> {
                 .map_err(Error::driver("raising a kernel's shared-memory limit"))?;
             granted.fetch_max(needed as u32, Ordering::AcqRel);
         }
-        // SAFETY: the caller guarantees the argument list and buffer sizes.
-        unsafe { self.args.launch(cfg) }.map_err(Error::driver("launching a kernel"))?;
         Ok(())
     }
 }

@@ -258,6 +258,13 @@ impl Kernel {
         Kernel::BackwardReduceBf16,
     ];
 
+    /// Whether the kernel starts with the dependent-launch prologue (`griddepcontrol.wait`, then
+    /// `.launch_dependents`, in the module for compute capability 9.0 and newer): every decode
+    /// kernel. Only these may be launched with programmatic stream serialization.
+    pub fn waits_for_prerequisite_grids(self) -> bool {
+        self.symbol().starts_with("decode_")
+    }
+
     /// Its symbol in the PTX (`.entry` name).
     pub const fn symbol(self) -> &'static str {
         match self {

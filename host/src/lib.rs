@@ -39,5 +39,39 @@ pub use kernel::{
 /// through sm_120).
 pub static PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mamba3_kernels.ptx"));
 
+/// The PTX module loaded on a GPU of compute capability `(major, minor)`.
+///
+/// Below 9.0 this is [`PTX`] itself. From 9.0 on (Hopper and newer) it is [`PTX`] rewritten to
+/// PTX ISA 7.8 for `sm_90` with the decode kernels' `griddepcontrol` markers
+/// ([`mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER`], [`mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER`])
+/// turned into the instructions, so that those kernels can be launched with programmatic
+/// dependent launch (see [`Gpu::set_programmatic_launch`]). Nothing else in the text changes.
+pub fn ptx_for_compute_capability(major: i32, minor: i32) -> std::borrow::Cow<'static, str> {
+    let _ = minor;
+    if major < 9 {
+        return std::borrow::Cow::Borrowed(PTX);
+    }
+    let mut out = String::with_capacity(PTX.len() + 4096);
+    for line in PTX.lines() {
+        let trimmed = line.trim();
+        let replaced = if let Some(version) = trimmed.strip_prefix(".version ") {
+            let (major, minor) = version.split_once('.').unwrap_or((version, "0"));
+            let older = (major.parse().unwrap_or(0u32), minor.parse().unwrap_or(0u32)) < (7, 8);
+            older.then_some(".version 7.8")
+        } else if trimmed.starts_with(".target sm_") {
+            Some(".target sm_90")
+        } else if trimmed == mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER {
+            Some("\tgriddepcontrol.wait;")
+        } else if trimmed == mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER {
+            Some("\tgriddepcontrol.launch_dependents;")
+        } else {
+            None
+        };
+        out.push_str(replaced.unwrap_or(line));
+        out.push('\n');
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Re-export of the driver bindings the API exposes (streams, slices, contexts).
 pub use cudarc::driver as cuda;

@@ -507,6 +507,7 @@ macro_rules! decode_entry {
         #[cfg(target_arch = "nvptx64")]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: DecodeParams) {
+            crate::arch::grid_dependency::dependent_launch_prologue();
             // SAFETY: forwarded launch contract.
             unsafe { decode::<$x, $r, $g>(&params) }
         }

@@ -709,6 +709,7 @@ pub unsafe fn decode_mma_chunk(prm: &DecodeParams) {
 #[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn decode_mma_chunk_bf16_r4_n128_p64(params: DecodeParams) {
+    crate::arch::grid_dependency::dependent_launch_prologue();
     // SAFETY: forwarded launch contract.
     unsafe { decode_mma_chunk(&params) }
 }

@@ -626,6 +626,7 @@ macro_rules! decode_rows_entry {
         #[cfg(target_arch = "nvptx64")]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(params: DecodeParams) {
+            crate::arch::grid_dependency::dependent_launch_prologue();
             // SAFETY: forwarded launch contract.
             unsafe { decode_rows::<$x, $r, $g>(&params) }
         }

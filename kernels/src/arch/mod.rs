@@ -6,6 +6,7 @@
 pub mod cp_async;
 pub mod float;
 pub mod global;
+pub mod grid_dependency;
 pub mod ldmatrix;
 pub mod mma;
 pub mod sreg;
