@@ -274,7 +274,10 @@ fn fill_graph_inputs<X: Activation>(
 /// shared by its calls, as when a whole model step is one graph. Call `j` advances state copy
 /// `j mod copies` with that copy's own copy of the eager calls' random `inputs` and its own
 /// output, so that neither the states nor the inputs stay in L2; at least
-/// [`UNROLLED_MIN_CALLS`] calls.
+/// [`UNROLLED_MIN_CALLS`] calls. With `shared_inputs` every call reads `inputs` itself instead,
+/// which stay in L2 as in a model's step, where the projection before the decode call has just
+/// written them (and as `do_bench_cudagraph` runs upstream's step on one set of inputs); the
+/// states still rotate.
 #[allow(clippy::too_many_arguments)]
 fn unrolled_graph_us<X: Activation>(
     gpu: &Gpu,
@@ -285,6 +288,7 @@ fn unrolled_graph_us<X: Activation>(
     inputs: &DecodeInputs<X>,
     tokens: usize,
     copies: usize,
+    shared_inputs: bool,
 ) -> f64 {
     let calls = copies.max(UNROLLED_MIN_CALLS);
     let copy_x = |src: &CudaSlice<X>| -> CudaSlice<X> {
@@ -332,7 +336,7 @@ fn unrolled_graph_us<X: Activation>(
                 scalars: [dt, adt, angles],
                 out,
             } = &mut buffers[i];
-            let inputs = DecodeInputs {
+            let own = DecodeInputs {
                 q,
                 k,
                 v,
@@ -342,8 +346,17 @@ fn unrolled_graph_us<X: Activation>(
                 adt,
                 angles,
             };
-            decode::step_tokens(gpu, stream, &mut states[i], weights, &inputs, tokens, out)
-                .expect("decode launch");
+            let call_inputs = if shared_inputs { inputs } else { &own };
+            decode::step_tokens(
+                gpu,
+                stream,
+                &mut states[i],
+                weights,
+                call_inputs,
+                tokens,
+                out,
+            )
+            .expect("decode launch");
         }
     });
     graph.upload().expect("uploading the graph");
@@ -369,7 +382,7 @@ fn bench_decode_dtype<X: Activation>(
         "f32"
     };
     println!(
-        "{:<26} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>8} {:>16}",
+        "{:<26} {:>11} {:>11} {:>11} {:>9} {:>8} {:>11} {:>8} {:>16} {:>11}",
         format!("decode ({dtype}, H=64 P=64 N=128 R=4)"),
         "eager µs",
         "graph µs",
@@ -378,11 +391,13 @@ fn bench_decode_dtype<X: Activation>(
         "% HBM",
         "upstream µs",
         "speedup",
-        "1-graph µs/token"
+        "1-graph µs/token",
+        "L2 inputs"
     );
     println!(
         "  (graph µs: one graph per call, replayed back to back; 1-graph: at least {UNROLLED_MIN_CALLS} calls in one \
-         graph, as do_bench_cudagraph times upstream's step; % HBM and speedup from the first)"
+         graph, as do_bench_cudagraph times upstream's step; L2 inputs: the same with every call \
+         reading one set of inputs, states still rotating; % HBM and speedup from the first)"
     );
     for (batch, upstream) in decode_batches() {
         let config = DecodeConfig {
@@ -529,7 +544,10 @@ fn bench_decode_dtype<X: Activation>(
                 });
                 drop(graphs);
                 let one_graph_us = unrolled_graph_us::<X>(
-                    gpu, stream, config, pinned, weights, &inputs, tokens, copies,
+                    gpu, stream, config, pinned, weights, &inputs, tokens, copies, false,
+                ) / tokens as f64;
+                let l2_inputs_us = unrolled_graph_us::<X>(
+                    gpu, stream, config, pinned, weights, &inputs, tokens, copies, true,
                 ) / tokens as f64;
                 let bytes = config.min_bytes(tokens, X::DTYPE.bytes()) as f64;
                 let per_token_us = graph_ms * 1e3 / tokens as f64;
@@ -541,7 +559,7 @@ fn bench_decode_dtype<X: Activation>(
                     None => ("-".to_string(), "-".to_string()),
                 };
                 println!(
-                    "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11} {:>8} {:>16.2}   kernels: {kernel} {path:?}{}",
+                    "{:<26} {:>11.2} {:>11.2} {:>11.2} {:>9.1} {:>7.1}% {:>11} {:>8} {:>16.2} {:>11.2}   kernels: {kernel} {path:?}{}",
                     format!("decode/{dtype}/B={batch}/T={tokens}"),
                     eager_ms * 1e3,
                     graph_ms * 1e3,
@@ -551,6 +569,7 @@ fn bench_decode_dtype<X: Activation>(
                     upstream,
                     speedup,
                     one_graph_us,
+                    l2_inputs_us,
                     if pinned.is_some() { " (pinned)" } else { "" }
                 );
             }

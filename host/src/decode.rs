@@ -1250,8 +1250,7 @@ fn step_chunked<X: Activation>(
     let (mut kernel, _, mut cfg) = forward::launch_plan(gpu, &config, &params, 1, smem)?;
     forward::walk_batch(gpu, &config, &mut params, &mut kernel, &mut cfg);
     let args = ForwardArgs(params);
-    let mut launch = gpu.launch(stream, kernel)?;
-    launch.arg(&args);
+    let launch = gpu.launch(stream, kernel)?;
     // SAFETY: one by-value `ForwardParams` is the forward kernel's parameter list; the decode
     // tensors were validated against the config's shapes, which are the forward's layouts with
     // S = T; one segment, so each block reads its (b, h) of the state before writing it back
@@ -1259,7 +1258,8 @@ fn step_chunked<X: Activation>(
     // launch shape and checked the tensor-core kernel's alignment and shared memory, and
     // `walk_batch` the batch-walking kernel's (grid (H, unit_stride), the alignment of its
     // staged views, its shared memory).
-    let launched = unsafe { launch.run(cfg) };
+    // The batch-walking kernel starts with the dependent-launch prologue (see `step`).
+    let launched = unsafe { launch.run_with_params(cfg, &args) };
     drop(ptrs);
     launched
 }

@@ -260,9 +260,10 @@ impl Kernel {
 
     /// Whether the kernel starts with the dependent-launch prologue (`griddepcontrol.wait`, then
     /// `.launch_dependents`, in the module for compute capability 9.0 and newer): every decode
-    /// kernel. Only these may be launched with programmatic stream serialization.
+    /// kernel and the batch-walking short-call forward that decode calls of a few tokens run.
+    /// Only these may be launched with programmatic stream serialization.
     pub fn waits_for_prerequisite_grids(self) -> bool {
-        self.symbol().starts_with("decode_")
+        self.symbol().starts_with("decode_") || self == Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16
     }
 
     /// Its symbol in the PTX (`.entry` name).

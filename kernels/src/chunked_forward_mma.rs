@@ -2308,6 +2308,7 @@ pub unsafe extern "ptx-kernel" fn forward_mma_short_bf16_r4_n128_p64_na32_c16(
 pub unsafe extern "ptx-kernel" fn forward_mma_units_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
+    crate::arch::grid_dependency::dependent_launch_prologue();
     // SAFETY: forwarded launch contract.
     unsafe { chunked_forward_mma_units(&params) }
 }
