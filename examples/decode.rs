@@ -74,9 +74,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         norm_eps: 1e-5,
     };
     println!(
-        "{} selects {:?}",
+        "{} selects {:?} (programmatic dependent launch {})",
         gpu.name(),
-        config.dispatch_paths::<bf16>(1, gpu.sm_count(), gpu.max_shared_memory_optin())
+        config.dispatch_paths::<bf16>(tokens, gpu.sm_count(), gpu.max_shared_memory_optin()),
+        if gpu.programmatic_launch() {
+            "on"
+        } else {
+            "off"
+        }
     );
     let mut state = DecodeState::<bf16>::new(&stream, config)?;
     let weights = DecodeWeights {
