@@ -91,7 +91,7 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
     let hopper_file = dir.join("mamba3_kernels_sm90.ptx");
     std::fs::write(
         &hopper_file,
-        mamba3::ptx_for_compute_capability(9, 0).as_ref(),
+        mamba3::ptx_for_compute_capability((9, 0)).as_ref(),
     )
     .unwrap();
     let entries = mamba3::ptx_entry_points(mamba3::PTX);
@@ -218,7 +218,7 @@ fn dependent_launch_prologue_precedes_every_memory_access() {
         "no kernel carries the dependent-launch prologue"
     );
 
-    let hopper = mamba3::ptx_for_compute_capability(9, 0);
+    let hopper = mamba3::ptx_for_compute_capability((9, 0));
     assert!(hopper.contains(".version 7.8\n") && hopper.contains(".target sm_90\n"));
     assert!(!hopper.contains(wait) && !hopper.contains(launch));
     assert_eq!(hopper.matches("griddepcontrol.wait;").count(), marked);
@@ -227,7 +227,7 @@ fn dependent_launch_prologue_precedes_every_memory_access() {
         marked
     );
     assert_eq!(
-        mamba3::ptx_for_compute_capability(8, 9).as_ref(),
+        mamba3::ptx_for_compute_capability((8, 9)).as_ref(),
         mamba3::PTX
     );
 }

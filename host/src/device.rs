@@ -103,7 +103,7 @@ impl Gpu {
             .map_err(Error::driver("reading the device name"))?;
         let module = ctx
             .load_module(Ptx::from_src(
-                crate::ptx_for_compute_capability(major, minor).into_owned(),
+                crate::ptx_for_compute_capability((major, minor)).into_owned(),
             ))
             .map_err(Error::driver("loading the PTX module"))?;
         let gpu = Arc::new(Gpu {

@@ -45,9 +45,9 @@ pub static PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mamba3_kernels.pt
 /// PTX ISA 7.8 for `sm_90` with the decode kernels' `griddepcontrol` markers
 /// ([`mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER`], [`mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER`])
 /// turned into the instructions, so that those kernels can be launched with programmatic
-/// dependent launch (see [`Gpu::set_programmatic_launch`]). Nothing else in the text changes.
-pub fn ptx_for_compute_capability(major: i32, minor: i32) -> std::borrow::Cow<'static, str> {
-    let _ = minor;
+/// dependent launch (see [`Gpu::set_programmatic_launch`]). Nothing else in the text changes, and
+/// the minor version does not matter today. Takes what [`Gpu::compute_capability`] returns.
+pub fn ptx_for_compute_capability((major, _minor): (i32, i32)) -> std::borrow::Cow<'static, str> {
     if major < 9 {
         return std::borrow::Cow::Borrowed(PTX);
     }
