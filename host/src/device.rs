@@ -34,8 +34,6 @@ pub struct Gpu {
     compute_capability: (i32, i32),
     sm_count: usize,
     smem_optin: usize,
-    /// Whether the loaded module carries `griddepcontrol` (compute capability 9.0 and newer).
-    programmatic_supported: bool,
     /// Whether kernels with the dependent-launch prologue are launched with programmatic stream
     /// serialization (see [`Gpu::set_programmatic_launch`]).
     programmatic_enabled: AtomicBool,
@@ -115,7 +113,6 @@ impl Gpu {
             compute_capability: (major, minor),
             sm_count,
             smem_optin,
-            programmatic_supported: major >= 9,
             programmatic_enabled: AtomicBool::new(major >= 9),
         });
         open.insert(ordinal, gpu.clone());
@@ -161,7 +158,8 @@ impl Gpu {
     /// between the two kernels shrinks (in a CUDA graph too: the capture records a programmatic
     /// edge). Before 9.0 the module has no `griddepcontrol` and this stays off.
     pub fn programmatic_launch(&self) -> bool {
-        self.programmatic_supported && self.programmatic_enabled.load(Ordering::Relaxed)
+        // The module carries `griddepcontrol` from compute capability 9.0 on.
+        self.compute_capability.0 >= 9 && self.programmatic_enabled.load(Ordering::Relaxed)
     }
 
     /// Turns programmatic dependent launch of the decode kernels on or off for launches enqueued
