@@ -87,7 +87,7 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
     std::fs::create_dir_all(&dir).unwrap();
     let ptx_file = dir.join("mamba3_kernels.ptx");
     std::fs::write(&ptx_file, mamba3::PTX).unwrap();
-    // Compute capability 9.0 and newer load the rewrite with `griddepcontrol` (PTX 7.8, sm_90).
+    // Compute capability 9.0 and newer load the rewrite with `griddepcontrol` (PTX 8.0, sm_90).
     let hopper_file = dir.join("mamba3_kernels_sm90.ptx");
     std::fs::write(
         &hopper_file,
@@ -172,19 +172,25 @@ fn touches_global_memory(line: &str) -> bool {
     let is_memory_op = ["ld.", "st.", "atom.", "red.", "cp.async", "prefetch"]
         .iter()
         .any(|p| op.starts_with(p));
-    is_memory_op && !op.starts_with("ld.param")
+    is_memory_op && !op.starts_with("ld.param") && !L2_PREFETCHES.iter().any(|p| op.starts_with(p))
 }
 
+/// The accesses allowed before `griddepcontrol.wait`: an L2 prefetch returns nothing to the
+/// program, so it cannot observe data the previous grid is still writing.
+const L2_PREFETCHES: [&str; 2] = ["cp.async.bulk.prefetch.L2.global ", "prefetch.global.L2 "];
+
 /// Every kernel the host may launch with programmatic stream serialization waits for the previous
-/// grid before its first memory access (anything earlier could read data that kernel is still
-/// writing), and no other kernel carries the prologue.
+/// grid before its first memory access other than an L2 prefetch (anything earlier could read
+/// data that kernel is still writing), and no other kernel carries the prologue. Checked on the
+/// `sm_90` rewrite, where the markers are instructions.
 #[test]
 fn dependent_launch_prologue_precedes_every_memory_access() {
-    let wait = mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER;
-    let launch = mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER;
+    let wait = "griddepcontrol.wait;";
+    let launch = "griddepcontrol.launch_dependents;";
+    let hopper = mamba3::ptx_for_compute_capability((9, 0));
     let mut marked = 0;
     for kernel in mamba3::Kernel::ALL {
-        let body = entry_body(mamba3::PTX, kernel.symbol());
+        let body = entry_body(&hopper, kernel.symbol());
         if !kernel.waits_for_prerequisite_grids() {
             assert!(
                 !body.contains(wait) && !body.contains(launch),
@@ -218,14 +224,42 @@ fn dependent_launch_prologue_precedes_every_memory_access() {
         "no kernel carries the dependent-launch prologue"
     );
 
-    let hopper = mamba3::ptx_for_compute_capability((9, 0));
-    assert!(hopper.contains(".version 7.8\n") && hopper.contains(".target sm_90\n"));
-    assert!(!hopper.contains(wait) && !hopper.contains(launch));
-    assert_eq!(hopper.matches("griddepcontrol.wait;").count(), marked);
+    assert!(hopper.contains(".version 8.0\n") && hopper.contains(".target sm_90\n"));
+    let markers = [
+        mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER,
+        mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER,
+        mamba3_abi::SM90_INSTRUCTION_MARKER,
+    ];
+    for marker in markers {
+        assert!(
+            !hopper.contains(marker),
+            "{marker} left in the sm_90 rewrite"
+        );
+    }
     assert_eq!(
-        hopper.matches("griddepcontrol.launch_dependents;").count(),
+        mamba3::PTX
+            .matches(mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER)
+            .count(),
         marked
     );
+    assert_eq!(hopper.matches(wait).count(), marked);
+    assert_eq!(hopper.matches(launch).count(), marked);
+    let prefetches = mamba3::PTX
+        .matches(mamba3_abi::SM90_INSTRUCTION_MARKER)
+        .count();
+    assert!(
+        prefetches > 0,
+        "no kernel carries an sm_90 instruction marker"
+    );
+    // The `sm_80` module has L2 prefetches of its own (after the waits); count the new ones.
+    let restored: usize = L2_PREFETCHES
+        .iter()
+        .map(|p| {
+            let instruction = format!("\t{p}");
+            hopper.matches(&instruction).count() - mamba3::PTX.matches(&instruction).count()
+        })
+        .sum();
+    assert_eq!(restored, prefetches);
     assert_eq!(
         mamba3::ptx_for_compute_capability((8, 9)).as_ref(),
         mamba3::PTX

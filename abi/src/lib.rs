@@ -40,6 +40,12 @@ pub const GRIDDEPCONTROL_WAIT_MARKER: &str = "// mamba3-griddepcontrol: wait";
 pub const GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER: &str =
     "// mamba3-griddepcontrol: launch_dependents";
 
+/// The prefix of a comment a kernel's inline assembly emits in place of an instruction that needs
+/// PTX ISA 8.0 and `sm_90` (e.g. `cp.async.bulk.prefetch.L2.global`): the rest of the line is the
+/// instruction with its operands, which the `sm_80` module keeps as a comment and the host's
+/// rewrite for compute capability 9.0 and newer turns back into the instruction.
+pub const SM90_INSTRUCTION_MARKER: &str = "// mamba3-sm90: ";
+
 /// Warps per block of the decode kernel.
 pub const DECODE_WARPS: u32 = 4;
 
@@ -121,6 +127,10 @@ pub struct DecodeParams {
     /// State rows per warp of the register-resident kernel, 1 ..= [`decode_rows_max_per_warp`]
     /// (ignored by the shared-memory kernel).
     pub rows_per_warp: u32,
+    /// Nonzero: the tensor-core kernels (`decode_mma*`) ask L2 for their (b, h) state before the
+    /// dependent-launch wait (`cp.async.bulk.prefetch.L2`, sm_90 module only). The host sets it for
+    /// grids of more blocks than fit the GPU at once (see `DecodeConfig::prefetches_state`).
+    pub prefetch_state: u32,
 }
 
 /// Warps per block of the register-resident decode kernel (`decode_rows_*`).

@@ -465,6 +465,28 @@ impl DecodeConfig {
             && DecodePath::TensorCore.kernel::<X>(self, tokens).is_some()
     }
 
+    /// Whether a call on `path` over `tokens` tokens asks L2 for each (b, h) state before its
+    /// dependent-launch wait (`mamba3_abi::DecodeParams::prefetch_state`): the tensor-core kernels
+    /// (`decode_mma*`, one block per (b, h)) when their B·H blocks exceed what `sm_count` SMs
+    /// hold at once (launch bounds of the kernel), so that blocks of later waves find their state
+    /// on its way while the previous ones finish. Only the `sm_90` module carries the prefetch.
+    ///
+    /// Measured on the H200 (H=64 P=64 N=128 R=4, one token, graph µs per call, same session,
+    /// 2026-12-03, without → with): batch 128 145.7–146.3 → 142.9–144.4, batch 256 286.4–287.0 →
+    /// 278.0–278.2 (91% → 94% of 4.3 TB/s), batch 64 75.9–76.1 → 75.4–75.9; in one graph of calls
+    /// batch 32 38.7 → 38.4, batch 256 284.1 → 274.6. Within one wave it loses: batch 8 12.4–12.5
+    /// → 14.1 per call (every block's state requested at once ahead of the inputs), batch 1 5.71
+    /// → 5.90.
+    pub fn prefetches_state(&self, path: DecodePath, tokens: usize, sm_count: usize) -> bool {
+        let blocks_per_sm = match path {
+            DecodePath::TensorCore if tokens == 1 => mamba3_abi::DECODE_MMA_BLOCKS_PER_SM,
+            DecodePath::TensorCore => mamba3_abi::DECODE_MMA_TOKENS_BLOCKS_PER_SM,
+            DecodePath::TensorCoreChunk => mamba3_abi::DECODE_MMA_CHUNK_BLOCKS_PER_SM,
+            _ => return false,
+        };
+        self.batch * self.heads > sm_count * blocks_per_sm as usize
+    }
+
     /// Checks that `path` can run a call over `tokens` tokens with this geometry; the error names
     /// the path and the rule (the tensor-core path's dtype is checked at the launch).
     pub fn check_path(&self, path: DecodePath, tokens: usize) -> Result<()> {
@@ -1121,11 +1143,12 @@ pub fn step_tokens<X: Activation>(
         _ => Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"),
     })?;
     let rows_per_warp = path.rows_per_warp();
+    let prefetch_state = c.prefetches_state(path, tokens, gpu.sm_count());
     let mut ptrs = Pointers {
         stream,
         guards: Vec::with_capacity(21),
     };
-    let params = decode_params(
+    let mut params = decode_params(
         &mut ptrs,
         state,
         weights,
@@ -1134,6 +1157,7 @@ pub fn step_tokens<X: Activation>(
         tokens,
         rows_per_warp,
     );
+    params.prefetch_state = prefetch_state.into();
     let args = DecodeArgs(params);
     let launch = gpu.launch(stream, kernel)?;
     // SAFETY: every pointer was validated against the config's shapes above, `check_path` holds,
@@ -1199,6 +1223,7 @@ fn decode_params<'p, X: Activation>(
         rotation: c.rotation.code(),
         norm_eps: c.norm_eps,
         rows_per_warp,
+        prefetch_state: 0,
     }
 }
 

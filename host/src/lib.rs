@@ -42,11 +42,13 @@ pub static PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mamba3_kernels.pt
 /// The PTX module loaded on a GPU of compute capability `(major, minor)`.
 ///
 /// Below 9.0 this is [`PTX`] itself. From 9.0 on (Hopper and newer) it is [`PTX`] rewritten to
-/// PTX ISA 7.8 for `sm_90` with the decode kernels' `griddepcontrol` markers
+/// PTX ISA 8.0 for `sm_90` with the decode kernels' `griddepcontrol` markers
 /// ([`mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER`], [`mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER`])
 /// turned into the instructions, so that those kernels can be launched with programmatic
-/// dependent launch (see [`Gpu::set_programmatic_launch`]). Nothing else in the text changes, and
-/// the minor version does not matter today. Takes what [`Gpu::compute_capability`] returns.
+/// dependent launch (see [`Gpu::set_programmatic_launch`]), and every line that starts with
+/// [`mamba3_abi::SM90_INSTRUCTION_MARKER`] turned into the instruction it carries (the one-token
+/// decode's L2 prefetch of its state before the wait). Nothing else in the text changes, and the
+/// minor version does not matter today. Takes what [`Gpu::compute_capability`] returns.
 pub fn ptx_for_compute_capability((major, _minor): (i32, i32)) -> std::borrow::Cow<'static, str> {
     if major < 9 {
         return std::borrow::Cow::Borrowed(PTX);
@@ -56,18 +58,23 @@ pub fn ptx_for_compute_capability((major, _minor): (i32, i32)) -> std::borrow::C
         let trimmed = line.trim();
         let replaced = if let Some(version) = trimmed.strip_prefix(".version ") {
             let (major, minor) = version.split_once('.').unwrap_or((version, "0"));
-            let older = (major.parse().unwrap_or(0u32), minor.parse().unwrap_or(0u32)) < (7, 8);
-            older.then_some(".version 7.8")
+            let older = (major.parse().unwrap_or(0u32), minor.parse().unwrap_or(0u32)) < (8, 0);
+            older.then(|| ".version 8.0".to_string())
         } else if trimmed.starts_with(".target sm_") {
-            Some(".target sm_90")
+            Some(".target sm_90".to_string())
         } else if trimmed == mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER {
-            Some("\tgriddepcontrol.wait;")
+            Some("\tgriddepcontrol.wait;".to_string())
         } else if trimmed == mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER {
-            Some("\tgriddepcontrol.launch_dependents;")
+            Some("\tgriddepcontrol.launch_dependents;".to_string())
         } else {
-            None
+            trimmed
+                .strip_prefix(mamba3_abi::SM90_INSTRUCTION_MARKER)
+                .map(|instruction| format!("\t{instruction}"))
         };
-        out.push_str(replaced.unwrap_or(line));
+        match replaced {
+            Some(text) => out.push_str(&text),
+            None => out.push_str(line),
+        }
         out.push('\n');
     }
     std::borrow::Cow::Owned(out)

@@ -5,7 +5,7 @@
 //! emits a marker comment instead (the text of `mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER` and
 //! `GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER`; `asm!` takes only a literal, and a host test checks
 //! that the module carries the markers). The host rewrites the module for compute capability 9.0 and
-//! newer (`.version 7.8`, `.target sm_90`, every marker replaced by the instruction it names; see
+//! newer (`.version 8.0`, `.target sm_90`, every marker replaced by the instruction it names; see
 //! `mamba3::ptx_for_compute_capability`) and only there launches the marked kernels with the
 //! programmatic-stream-serialization attribute. In the sm_80 module the markers stay comments, and
 //! a kernel launched without the attribute finds both instructions to be no-ops, so the same code
@@ -50,4 +50,52 @@ pub fn launch_dependent_grids() {
 pub fn dependent_launch_prologue() {
     wait_for_prerequisite_grids();
     launch_dependent_grids();
+}
+
+/// `cp.async.bulk.prefetch.L2.global [addr], bytes` (PTX ISA 8.0, "Data Movement and Conversion
+/// Instructions: cp.async.bulk.prefetch"; sm_90): asks L2 for `bytes` (a multiple of 16) from
+/// `addr` (16-byte aligned) through the bulk-copy unit, one instruction for the whole range. It
+/// returns nothing to the program, so a kernel may issue it before
+/// [`wait_for_prerequisite_grids`] for data the previous grid may still write: L2 is where those
+/// writes land, and the kernel's own loads after the wait see them. In the `sm_80` module it is the
+/// comment `mamba3_abi::SM90_INSTRUCTION_MARKER` + instruction, a no-op; the host's `sm_90`
+/// rewrite restores the instruction.
+#[inline(always)]
+pub fn prefetch_l2_bulk(addr: u64, bytes: u32) {
+    // SAFETY: a cache hint; it writes nothing and faults on nothing the program sees.
+    unsafe {
+        asm!(
+            "// mamba3-sm90: cp.async.bulk.prefetch.L2.global [{addr}], {bytes};",
+            addr = in(reg64) addr,
+            bytes = in(reg32) bytes,
+            options(nostack, preserves_flags, readonly)
+        )
+    };
+}
+
+/// `prefetch.global.L2 [addr]` (PTX ISA 7.0 "Data Movement and Conversion Instructions: prefetch,
+/// prefetchu"): asks L2 for the line holding `addr`. Emitted like [`prefetch_l2_bulk`], as an
+/// `sm_90` instruction marker, so that only the module that launches with programmatic dependent
+/// launch (where it can run before [`wait_for_prerequisite_grids`], overlapping the previous
+/// grid) carries it.
+#[inline(always)]
+pub fn prefetch_l2_line(addr: u64) {
+    // SAFETY: a cache hint; it writes nothing and faults on nothing the program sees.
+    unsafe {
+        asm!(
+            "// mamba3-sm90: prefetch.global.L2 [{addr}];",
+            addr = in(reg64) addr,
+            options(nostack, preserves_flags, readonly)
+        )
+    };
+}
+
+/// [`prefetch_l2_bulk`] of a decode block's (b, h) state (`bytes` from `ssm + block·bytes`), issued
+/// by thread 0 when `enabled` (uniform over the grid), followed by [`dependent_launch_prologue`].
+#[inline(always)]
+pub fn decode_state_prefetch_then_prologue(enabled: bool, ssm: u64, bytes: u32) {
+    if enabled && super::sreg::thread_x() == 0 {
+        prefetch_l2_bulk(ssm + super::sreg::block_x() as u64 * bytes as u64, bytes);
+    }
+    dependent_launch_prologue();
 }
