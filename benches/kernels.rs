@@ -457,6 +457,7 @@ fn bench_decode_dtype<X: Activation>(
                 DecodePath::SharedTile,
                 DecodePath::Chunked,
                 DecodePath::TensorCore,
+                DecodePath::TensorCorePrefetching,
                 DecodePath::TensorCoreChunk,
                 DecodePath::Streaming {
                     rows_per_warp: stream_rows,

@@ -149,20 +149,34 @@ fn rows_spread_over_the_sms_at_small_batch() {
 }
 
 /// One or two bf16 tokens at R = 4, N = 128, P = 64 run the tensor-core kernel at every batch and
-/// Na (two through its token-loop entry); f32 and other geometries keep the other kernels.
+/// Na (two through its token-loop entry; one token, when B·H blocks fit the SMs, through the
+/// prefetching entry); f32 and other geometries keep the other kernels.
 #[test]
 fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
     use half::bf16;
     for batch in [1, 2, 3, 8, 64, 256] {
         for c in [reference(batch), general(batch)] {
+            let fits = batch * c.heads <= H200_SMS;
             for (tokens, kernel, shared_memory) in [
                 (1, "decode_mma_bf16_r4_n128_p64", SM86_SHARED_MEMORY),
                 (2, "decode_mma_tokens_bf16_r4_n128_p64", H200_SHARED_MEMORY),
             ] {
+                let (path, kernel) = if fits && tokens == 1 {
+                    (
+                        DecodePath::TensorCorePrefetching,
+                        "decode_mma_prefetch_bf16_r4_n128_p64",
+                    )
+                } else {
+                    (DecodePath::TensorCore, kernel)
+                };
                 assert_eq!(
-                    c.path::<bf16>(tokens, 132, H200_SHARED_MEMORY),
-                    DecodePath::TensorCore,
+                    c.path::<bf16>(tokens, H200_SMS, H200_SHARED_MEMORY),
+                    path,
                     "{c:?}"
+                );
+                assert_eq!(
+                    c.prefers_tensor_core_prefetching::<bf16>(tokens, H200_SMS),
+                    path == DecodePath::TensorCorePrefetching
                 );
                 assert_eq!(
                     c.dispatch_paths::<bf16>(tokens, H200_SMS, shared_memory),
@@ -205,8 +219,19 @@ fn one_bf16_token_at_the_tensor_core_geometry_runs_the_tensor_core_kernel() {
             DecodePath::Streaming { .. }
         ));
     }
-    // A pinned tensor-core path takes any token count from one.
+    // A pinned tensor-core path takes any token count from one; the prefetching entry one only.
     assert!(reference(8).check_path(DecodePath::TensorCore, 9).is_ok());
+    assert!(reference(8)
+        .check_path(DecodePath::TensorCorePrefetching, 1)
+        .is_ok());
+    let err = reference(1)
+        .check_path(DecodePath::TensorCorePrefetching, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("TensorCorePrefetching") && err.contains("one token"),
+        "{err}"
+    );
     let err = reference(8)
         .check_path(DecodePath::TensorCore, 0)
         .unwrap_err()
@@ -536,6 +561,8 @@ fn dispatch_queries_do_not_panic_on_degenerate_geometries() {
                 DecodePath::Streaming { rows_per_warp: 16 },
                 DecodePath::RegisterResident { rows_per_warp: 2 },
                 DecodePath::TensorCore,
+                DecodePath::TensorCorePrefetching,
+                DecodePath::TensorCoreChunk,
             ] {
                 let _ = c.check_path(path, tokens);
             }

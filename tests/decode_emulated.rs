@@ -227,7 +227,6 @@ fn run_emulated(
         },
         norm_eps: call.norm.as_ref().map_or(1e-5, |n| n.eps as f32),
         rows_per_warp,
-        prefetch_state: 0,
     };
     let (r, n, p, na) = (
         g.rank as u32,

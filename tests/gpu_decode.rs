@@ -423,6 +423,20 @@ fn tensor_core_decode_matches_golden_on_the_reference_geometry() {
             }
         }
     }
+    // The prefetching one-token entry (automatic at B = 1, pinned at B = 3).
+    cases.push(Case { batch: 1, ..auto });
+    for mode in [
+        OutputMode::Gated,
+        OutputMode::FusedNorm,
+        OutputMode::Prereduce,
+    ] {
+        cases.push(Case {
+            mode,
+            rotation: Rotation::Pairwise,
+            path: Some(DecodePath::TensorCorePrefetching),
+            ..auto
+        });
+    }
     // Several tokens per call (the token-loop entry): the key ring wraps past four tokens.
     for (tokens, mode) in [
         (2, OutputMode::Gated),
@@ -586,17 +600,24 @@ fn arb_case() -> impl Strategy<Value = Case> {
 }
 
 /// A random bf16 call of 1 to 9 tokens at the tensor-core kernel's geometry (random batch, heads,
-/// groups, Na, prefix, mode, rotation, z and D), pinned to it.
+/// groups, Na, prefix, mode, rotation, z and D), pinned to it (half the one-token calls to its
+/// prefetching entry).
 fn arb_tensor_core_case() -> impl Strategy<Value = Case> {
-    (arb_case(), 0usize..=64, 1usize..=9).prop_map(|(case, na, tokens)| Case {
-        rank: 4,
-        n: 128,
-        p: 64,
-        na,
-        tokens,
-        path: Some(DecodePath::TensorCore),
-        ..case
-    })
+    (arb_case(), 0usize..=64, 1usize..=9, any::<bool>()).prop_map(
+        |(case, na, tokens, prefetching)| Case {
+            rank: 4,
+            n: 128,
+            p: 64,
+            na,
+            tokens,
+            path: Some(if tokens == 1 && prefetching {
+                DecodePath::TensorCorePrefetching
+            } else {
+                DecodePath::TensorCore
+            }),
+            ..case
+        },
+    )
 }
 
 /// A random one-token geometry the streaming kernel covers (N a multiple of 4 up to 128, gated
@@ -873,6 +894,7 @@ fn graph_replay_is_bitwise_equal_to_eager() {
         (4, 8, chunked),
         (12, 8, None),
         (3, 5, Some(DecodePath::TensorCoreChunk)),
+        (3, 1, Some(DecodePath::TensorCorePrefetching)),
     ] {
         let case = Case {
             batch,
@@ -1191,6 +1213,7 @@ fn programmatic_launch_gives_the_plain_launch_results() {
         (2, 1, Some(DecodePath::SharedTile)),
         (1, 8, None),
         (3, 5, Some(DecodePath::TensorCoreChunk)),
+        (1, 1, Some(DecodePath::TensorCore)),
     ] {
         let case = Case {
             batch,

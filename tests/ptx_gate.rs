@@ -168,11 +168,23 @@ fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
 
 /// Whether a PTX line touches memory another grid may write (anything but kernel parameters).
 fn touches_global_memory(line: &str) -> bool {
-    let op = line.trim_start();
-    let is_memory_op = ["ld.", "st.", "atom.", "red.", "cp.async", "prefetch"]
-        .iter()
-        .any(|p| op.starts_with(p));
-    is_memory_op && !op.starts_with("ld.param") && !L2_PREFETCHES.iter().any(|p| op.starts_with(p))
+    // A line may hold several statements (`{ .reg .pred %p; setp…; @%p prefetch…; }`), each
+    // possibly predicated.
+    line.split(';').any(|statement| {
+        let op = statement.trim().trim_start_matches('{').trim_start();
+        let op = match op.strip_prefix('@') {
+            Some(predicated) => predicated
+                .split_once(char::is_whitespace)
+                .map_or("", |(_, rest)| rest.trim_start()),
+            None => op,
+        };
+        let is_memory_op = ["ld.", "st.", "atom.", "red.", "cp.async", "prefetch"]
+            .iter()
+            .any(|p| op.starts_with(p));
+        is_memory_op
+            && !op.starts_with("ld.param")
+            && !L2_PREFETCHES.iter().any(|p| op.starts_with(p))
+    })
 }
 
 /// The accesses allowed before `griddepcontrol.wait`: an L2 prefetch returns nothing to the
@@ -251,13 +263,10 @@ fn dependent_launch_prologue_precedes_every_memory_access() {
         prefetches > 0,
         "no kernel carries an sm_90 instruction marker"
     );
-    // The `sm_80` module has L2 prefetches of its own (after the waits); count the new ones.
+    // The restored instructions are predicated on `%pf`.
     let restored: usize = L2_PREFETCHES
         .iter()
-        .map(|p| {
-            let instruction = format!("\t{p}");
-            hopper.matches(&instruction).count() - mamba3::PTX.matches(&instruction).count()
-        })
+        .map(|p| hopper.matches(&format!("@%pf {p}")).count())
         .sum();
     assert_eq!(restored, prefetches);
     assert_eq!(

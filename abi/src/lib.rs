@@ -127,10 +127,6 @@ pub struct DecodeParams {
     /// State rows per warp of the register-resident kernel, 1 ..= [`decode_rows_max_per_warp`]
     /// (ignored by the shared-memory kernel).
     pub rows_per_warp: u32,
-    /// Nonzero: the tensor-core kernels (`decode_mma*`) ask L2 for their (b, h) state before the
-    /// dependent-launch wait (`cp.async.bulk.prefetch.L2`, sm_90 module only). The host sets it for
-    /// grids of more blocks than fit the GPU at once (see `DecodeConfig::prefetches_state`).
-    pub prefetch_state: u32,
 }
 
 /// Warps per block of the register-resident decode kernel (`decode_rows_*`).

@@ -134,6 +134,12 @@ pub enum DecodePath {
     /// into bf16 `hi + lo` pairs, so the state keeps about 2^-16 of each update's size. One token
     /// runs `decode_mma_bf16_*`, more the token-loop entry `decode_mma_tokens_bf16_*`.
     TensorCore,
+    /// `decode_mma_prefetch_*`: [`DecodePath::TensorCore`] for one token, its blocks first asking
+    /// L2 for their call's inputs and state (`cp.async.bulk.prefetch` and `prefetch.global.L2`,
+    /// before the dependent-launch wait; the `sm_90` module only). A grid that fits the GPU at
+    /// once is resident while the previous kernel finishes, and finds its data in L2 after the
+    /// wait; see [`DecodeConfig::prefers_tensor_core_prefetching`].
+    TensorCorePrefetching,
     /// `decode_mma_chunk_*`: bf16 activations at R = 4, N = 128, P = 64 (any Na), 1 ≤ T ≤
     /// `mamba3_abi::DECODE_MMA_CHUNK_MAX_TOKENS`: the call's tokens as one chunk of the SSD
     /// decomposition (read-out from the state, weighted scores, intra term and state update as
@@ -182,6 +188,13 @@ impl DecodePath {
                 config.head_dim,
                 tokens,
             ),
+            (DecodePath::TensorCorePrefetching, _) => Kernel::decode_tensor_core_prefetching(
+                X::DTYPE,
+                rank,
+                config.state_dim,
+                config.head_dim,
+                tokens,
+            ),
             (DecodePath::TensorCoreChunk, _) => Kernel::decode_tensor_core_chunk(
                 X::DTYPE,
                 rank,
@@ -202,6 +215,7 @@ impl DecodePath {
             DecodePath::SharedTile
             | DecodePath::Chunked
             | DecodePath::TensorCore
+            | DecodePath::TensorCorePrefetching
             | DecodePath::TensorCoreChunk => 0,
             DecodePath::RegisterResident { rows_per_warp }
             | DecodePath::Streaming { rows_per_warp } => rows_per_warp,
@@ -392,6 +406,8 @@ impl DecodeConfig {
             DecodePath::TensorCoreChunk
         } else if self.prefers_chunked::<X>(tokens, max_shared_memory) {
             DecodePath::Chunked
+        } else if self.prefers_tensor_core_prefetching::<X>(tokens, sm_count) {
+            DecodePath::TensorCorePrefetching
         } else if self.prefers_tensor_core::<X>(tokens) {
             DecodePath::TensorCore
         } else if many && self.streamable(tokens) {
@@ -465,26 +481,22 @@ impl DecodeConfig {
             && DecodePath::TensorCore.kernel::<X>(self, tokens).is_some()
     }
 
-    /// Whether a call on `path` over `tokens` tokens asks L2 for each (b, h) state before its
-    /// dependent-launch wait (`mamba3_abi::DecodeParams::prefetch_state`): the tensor-core kernels
-    /// (`decode_mma*`, one block per (b, h)) when their B·H blocks exceed what `sm_count` SMs
-    /// hold at once (launch bounds of the kernel), so that blocks of later waves find their state
-    /// on its way while the previous ones finish. Only the `sm_90` module carries the prefetch.
+    /// Whether [`DecodeConfig::path`] picks [`DecodePath::TensorCorePrefetching`]: one token
+    /// where [`DecodeConfig::prefers_tensor_core`], and B·H blocks no more than `sm_count`.
     ///
-    /// Measured on the H200 (H=64 P=64 N=128 R=4, one token, graph µs per call, same session,
-    /// 2026-12-03, without → with): batch 128 145.7–146.3 → 142.9–144.4, batch 256 286.4–287.0 →
-    /// 278.0–278.2 (91% → 94% of 4.3 TB/s), batch 64 75.9–76.1 → 75.4–75.9; in one graph of calls
-    /// batch 32 38.7 → 38.4, batch 256 284.1 → 274.6. Within one wave it loses: batch 8 12.4–12.5
-    /// → 14.1 per call (every block's state requested at once ahead of the inputs), batch 1 5.71
-    /// → 5.90.
-    pub fn prefetches_state(&self, path: DecodePath, tokens: usize, sm_count: usize) -> bool {
-        let blocks_per_sm = match path {
-            DecodePath::TensorCore if tokens == 1 => mamba3_abi::DECODE_MMA_BLOCKS_PER_SM,
-            DecodePath::TensorCore => mamba3_abi::DECODE_MMA_TOKENS_BLOCKS_PER_SM,
-            DecodePath::TensorCoreChunk => mamba3_abi::DECODE_MMA_CHUNK_BLOCKS_PER_SM,
-            _ => return false,
-        };
-        self.batch * self.heads > sm_count * blocks_per_sm as usize
+    /// Measured on the H200 (H=64 P=64 N=128 R=4, one token, same session, 2026-12-03; graph µs
+    /// per call / one graph of calls / the same with inputs in L2, against
+    /// [`DecodePath::TensorCore`]): batch 1 6.20–6.23 / 3.79–3.80 / 3.67 against 5.66–5.88 /
+    /// 4.18–4.20 / 4.16–4.21; batch 2 6.85–6.86 / 4.52–4.55 / 4.38–4.42 against 6.55–6.58 /
+    /// 4.87–4.93 / 4.85–4.89; batch 4 (256 blocks) 9.00–9.04 / 7.24–7.39 / 7.46–7.53 against
+    /// 8.71–8.83 / 7.03–7.12 / 7.04–7.17. A call in a graph of calls, or after any kernel that
+    /// lets it start early, gains; a lone call pays 0.3–0.6 µs.
+    pub fn prefers_tensor_core_prefetching<X: Activation>(
+        &self,
+        tokens: usize,
+        sm_count: usize,
+    ) -> bool {
+        tokens == 1 && self.prefers_tensor_core::<X>(tokens) && self.sequence_heads() <= sm_count
     }
 
     /// Checks that `path` can run a call over `tokens` tokens with this geometry; the error names
@@ -522,6 +534,16 @@ impl DecodeConfig {
                         format!(
                             "needs at least one token and (R, N, P) = ({r}, {n}, {p}) with bf16 \
                              activations"
+                        )
+                    },
+                )
+            }
+            DecodePath::TensorCorePrefetching => {
+                let [r, n, p] = DECODE_MMA_GEOMETRY.map(|d| d as usize);
+                (tokens != 1 || (self.rank, self.state_dim, self.head_dim) != (r, n, p)).then(
+                    || {
+                        format!(
+                            "needs one token and (R, N, P) = ({r}, {n}, {p}) with bf16 activations"
                         )
                     },
                 )
@@ -1118,6 +1140,11 @@ pub fn step_tokens<X: Activation>(
             block_dim: (32 * DECODE_MMA_WARPS, 1, 1),
             shared_mem_bytes: decode_mma_chunk_smem::BYTES,
         },
+        DecodePath::TensorCorePrefetching => LaunchConfig {
+            grid_dim: ((c.batch * c.heads) as u32, 1, 1),
+            block_dim: (32 * DECODE_MMA_WARPS, 1, 1),
+            shared_mem_bytes: decode_mma_smem::BYTES,
+        },
         DecodePath::TensorCore => LaunchConfig {
             grid_dim: ((c.batch * c.heads) as u32, 1, 1),
             block_dim: (32 * DECODE_MMA_WARPS, 1, 1),
@@ -1137,18 +1164,19 @@ pub fn step_tokens<X: Activation>(
         }
     };
     let kernel = path.kernel::<X>(&c, tokens).ok_or_else(|| match path {
-        DecodePath::TensorCore | DecodePath::TensorCoreChunk => {
+        DecodePath::TensorCore
+        | DecodePath::TensorCorePrefetching
+        | DecodePath::TensorCoreChunk => {
             Error::invalid("path", format!("{path:?}"), "needs bf16 activations")
         }
         _ => Error::invalid("rank", c.rank, "must be 1, 2, 4 or 8"),
     })?;
     let rows_per_warp = path.rows_per_warp();
-    let prefetch_state = c.prefetches_state(path, tokens, gpu.sm_count());
     let mut ptrs = Pointers {
         stream,
         guards: Vec::with_capacity(21),
     };
-    let mut params = decode_params(
+    let params = decode_params(
         &mut ptrs,
         state,
         weights,
@@ -1157,7 +1185,6 @@ pub fn step_tokens<X: Activation>(
         tokens,
         rows_per_warp,
     );
-    params.prefetch_state = prefetch_state.into();
     let args = DecodeArgs(params);
     let launch = gpu.launch(stream, kernel)?;
     // SAFETY: every pointer was validated against the config's shapes above, `check_path` holds,
@@ -1167,7 +1194,7 @@ pub fn step_tokens<X: Activation>(
     // range in blocks of DECODE_STREAM_WARPS, DecodeStreamSmem bytes, N % 4 == 0, N ≤ 128, no
     // fused norm, the zeroed counters; shared tile: grid (H,B), DECODE_WARPS warps, DecodeSmem;
     // tensor core: grid B·H, DECODE_MMA_WARPS warps, bf16, the kernel's geometry, the one-token
-    // entry with decode_mma_smem bytes for one token, else the token loop with
+    // entries (plain or prefetching) with decode_mma_smem bytes for one token, else the token loop with
     // decode_mma_tokens_smem bytes; chunk form: 1 ≤ T ≤ DECODE_MMA_CHUNK_MAX_TOKENS, the same
     // grid and warps, decode_mma_chunk_smem bytes; q, k, v, z whole allocations, so 16-byte
     // aligned).
@@ -1223,7 +1250,6 @@ fn decode_params<'p, X: Activation>(
         rotation: c.rotation.code(),
         norm_eps: c.norm_eps,
         rows_per_warp,
-        prefetch_state: 0,
     }
 }
 

@@ -72,6 +72,9 @@ pub enum Kernel {
     /// Tensor-core decode of one token (the state as `mma` accumulators), bf16 activations,
     /// R=4, N=128, P=64, any Na ≤ 64.
     DecodeMmaBf16R4N128P64,
+    /// [`Kernel::DecodeMmaBf16R4N128P64`] whose blocks ask L2 for their call's inputs and state
+    /// before the dependent-launch wait (grids that fit the GPU at once).
+    DecodeMmaPrefetchBf16R4N128P64,
     /// Tensor-core decode of 1–8 tokens in chunk form (one chunk of the SSD decomposition
     /// started from the state held as `mma` accumulators), bf16, R = 4, N = 128, P = 64.
     DecodeMmaChunkBf16R4N128P64,
@@ -179,7 +182,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 76] = [
+    pub const ALL: [Kernel; 77] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -216,6 +219,7 @@ impl Kernel {
         Kernel::DecodeRowsFixedBf16R4N128P64Na32,
         Kernel::DecodeStreamFixedBf16R4N128P64Na32,
         Kernel::DecodeMmaBf16R4N128P64,
+        Kernel::DecodeMmaPrefetchBf16R4N128P64,
         Kernel::DecodeMmaChunkBf16R4N128P64,
         Kernel::DecodeMmaTokensBf16R4N128P64,
         Kernel::ForwardFmaF32R1,
@@ -303,6 +307,7 @@ impl Kernel {
             Kernel::DecodeFixedBf16R4N128P64Na32 => "decode_fixed_bf16_r4_n128_p64_na32",
             Kernel::DecodeRowsFixedF32R4N128P64Na32 => "decode_rows_fixed_f32_r4_n128_p64_na32",
             Kernel::DecodeMmaBf16R4N128P64 => "decode_mma_bf16_r4_n128_p64",
+            Kernel::DecodeMmaPrefetchBf16R4N128P64 => "decode_mma_prefetch_bf16_r4_n128_p64",
             Kernel::DecodeMmaChunkBf16R4N128P64 => "decode_mma_chunk_bf16_r4_n128_p64",
             Kernel::DecodeMmaTokensBf16R4N128P64 => "decode_mma_tokens_bf16_r4_n128_p64",
             Kernel::DecodeRowsFixedBf16R4N128P64Na32 => "decode_rows_fixed_bf16_r4_n128_p64_na32",
@@ -403,6 +408,21 @@ impl Kernel {
             Kernel::DecodeMmaTokensBf16R4N128P64
         };
         (dtype == crate::Dtype::Bf16 && (rank, state_dim, head_dim) == (r, n, p)).then_some(kernel)
+    }
+
+    /// The prefetching one-token tensor-core decode kernel for an activation dtype, rank, state
+    /// size, head dim and a call of `tokens` tokens, if instantiated (as
+    /// [`Kernel::decode_tensor_core`], one token only).
+    pub fn decode_tensor_core_prefetching(
+        dtype: crate::Dtype,
+        rank: usize,
+        state_dim: usize,
+        head_dim: usize,
+        tokens: usize,
+    ) -> Option<Kernel> {
+        Kernel::decode_tensor_core(dtype, rank, state_dim, head_dim, tokens)
+            .filter(|_| tokens == 1)
+            .map(|_| Kernel::DecodeMmaPrefetchBf16R4N128P64)
     }
 
     /// The chunk-form tensor-core decode kernel for an activation dtype, rank, state size, head

@@ -504,52 +504,42 @@ pub unsafe fn decode_mma(prm: &DecodeParams) {
     }
 }
 
-/// Asks L2 for what the block's (b, h) reads, inputs first and then the state (warp 0: lanes
-/// 0–14 one row each by a bulk prefetch, lanes the angle rows' lines, lane 0 the scalars and,
-/// last, the state), so that a block resident before the previous grid ends finds them there
-/// after its wait.
+/// Asks L2 for what the block's (b, h) reads: the angle rows' lines and the token scalars, then
+/// per thread `t < 16` one row by a bulk prefetch (q, k and the state's k of rank `t mod 4`, then
+/// v, the state's v, z and the state itself). Branch-free (predicated instructions), so that the
+/// body after it compiles as without it.
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn prefetch_call(prm: &DecodeParams) {
-    use crate::arch::grid_dependency::{prefetch_l2_bulk, prefetch_l2_line};
+    use crate::arch::grid_dependency::{prefetch_l2_bulk_if, prefetch_l2_line_if};
     let tid = thread_x();
-    if tid >= 32 {
-        return;
-    }
     let bh = block_x();
     let heads = prm.heads;
     let (b, h) = (bh / heads, bh % heads);
     let group = h / (heads / prm.groups);
+    let angle_at = 4 * (bh * prm.na + tid) as u64;
+    prefetch_l2_line_if(tid < prm.na, prm.theta + angle_at);
+    prefetch_l2_line_if(tid < prm.na, prm.angles + angle_at);
+    let scalar = match tid {
+        0 => prm.dt + 4 * bh as u64,
+        1 => prm.adt + 4 * bh as u64,
+        _ => prm.trap + 2 * bh as u64,
+    };
+    prefetch_l2_line_if(tid < 3, scalar);
     let rank = tid % R;
     let qk_row = 2 * (((b * R + rank) * prm.groups + group) * N) as u64;
     let k_state_row = 2 * (((b * R + rank) * heads + h) * N) as u64;
     let v_row = 2 * (bh * P) as u64;
-    let row = match tid / R {
-        0 => Some((prm.q + qk_row, 2 * N)),
-        1 => Some((prm.k + qk_row, 2 * N)),
-        2 => Some((prm.k_state + k_state_row, 2 * N)),
-        3 => match tid % R {
-            0 => Some((prm.v + v_row, 2 * P)),
-            1 => Some((prm.v_state + v_row, 2 * P)),
-            2 if prm.z != 0 => Some((prm.z + v_row, 2 * P)),
-            _ => None,
-        },
-        _ => None,
+    let (addr, bytes) = match (tid / R, rank) {
+        (0, _) => (prm.q + qk_row, 2 * N),
+        (1, _) => (prm.k + qk_row, 2 * N),
+        (2, _) => (prm.k_state + k_state_row, 2 * N),
+        (_, 0) => (prm.v + v_row, 2 * P),
+        (_, 1) => (prm.v_state + v_row, 2 * P),
+        (_, 2) => (prm.z + v_row, 2 * P),
+        _ => (prm.ssm + 4 * (bh * P * N) as u64, 4 * P * N),
     };
-    if let Some((addr, bytes)) = row {
-        prefetch_l2_bulk(addr, bytes);
-    }
-    if tid < prm.na {
-        let at = 4 * (bh * prm.na + tid) as u64;
-        prefetch_l2_line(prm.theta + at);
-        prefetch_l2_line(prm.angles + at);
-    }
-    if tid == 0 {
-        prefetch_l2_line(prm.dt + 4 * bh as u64);
-        prefetch_l2_line(prm.adt + 4 * bh as u64);
-        prefetch_l2_line(prm.trap + 2 * bh as u64);
-        prefetch_l2_bulk(prm.ssm + 4 * (bh * P * N) as u64, 4 * P * N);
-    }
+    prefetch_l2_bulk_if(tid < 16 && (tid != 14 || prm.z != 0), addr, bytes);
 }
 
 /// Tensor-core decode entry point (bf16, R = 4, N = 128, P = 64); see the module docs.
@@ -559,9 +549,22 @@ fn prefetch_call(prm: &DecodeParams) {
 #[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn decode_mma_bf16_r4_n128_p64(params: DecodeParams) {
-    if params.prefetch_state != 0 {
-        prefetch_call(&params);
-    }
+    crate::arch::grid_dependency::dependent_launch_prologue();
+    // SAFETY: forwarded launch contract.
+    unsafe { decode_mma(&params) }
+}
+
+/// [`decode_mma_bf16_r4_n128_p64`] whose blocks first ask L2 for their inputs and state
+/// ([`prefetch_call`], before the dependent-launch wait): for grids that fit the GPU at once,
+/// whose blocks can be resident while the previous grid finishes. A separate entry, so that the
+/// other keeps its code.
+///
+/// # Safety
+/// See the module's launch contract.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn decode_mma_prefetch_bf16_r4_n128_p64(params: DecodeParams) {
+    prefetch_call(&params);
     crate::arch::grid_dependency::dependent_launch_prologue();
     // SAFETY: forwarded launch contract.
     unsafe { decode_mma(&params) }

@@ -709,11 +709,7 @@ pub unsafe fn decode_mma_chunk(prm: &DecodeParams) {
 #[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn decode_mma_chunk_bf16_r4_n128_p64(params: DecodeParams) {
-    crate::arch::grid_dependency::decode_state_prefetch_then_prologue(
-        params.prefetch_state != 0,
-        params.ssm,
-        4 * crate::decode_mma::P * crate::decode_mma::N,
-    );
+    crate::arch::grid_dependency::dependent_launch_prologue();
     // SAFETY: forwarded launch contract.
     unsafe { decode_mma_chunk(&params) }
 }

@@ -52,20 +52,25 @@ pub fn dependent_launch_prologue() {
     launch_dependent_grids();
 }
 
-/// `cp.async.bulk.prefetch.L2.global [addr], bytes` (PTX ISA 8.0, "Data Movement and Conversion
-/// Instructions: cp.async.bulk.prefetch"; sm_90): asks L2 for `bytes` (a multiple of 16) from
-/// `addr` (16-byte aligned) through the bulk-copy unit, one instruction for the whole range. It
-/// returns nothing to the program, so a kernel may issue it before
+/// `cp.async.bulk.prefetch.L2.global [addr], bytes` when `on` (PTX ISA 8.0, "Data Movement and
+/// Conversion Instructions: cp.async.bulk.prefetch"; sm_90): asks L2 for `bytes` (a multiple of
+/// 16) from `addr` (16-byte aligned) through the bulk-copy unit, one instruction for the whole
+/// range. It returns nothing to the program, so a kernel may issue it before
 /// [`wait_for_prerequisite_grids`] for data the previous grid may still write: L2 is where those
-/// writes land, and the kernel's own loads after the wait see them. In the `sm_80` module it is the
-/// comment `mamba3_abi::SM90_INSTRUCTION_MARKER` + instruction, a no-op; the host's `sm_90`
-/// rewrite restores the instruction.
+/// writes land, and the kernel's own loads after the wait see them.
+///
+/// The condition is an instruction predicate, not a branch: branches around it made ptxas treat
+/// the warp-collective code after it as possibly divergent (collective-handling `WARPSYNC`s and
+/// uniform-register moves, 1 880 SASS instructions against 1 472 in the one-token decode). In the
+/// `sm_80` module the line is the comment `mamba3_abi::SM90_INSTRUCTION_MARKER` + instruction, a
+/// no-op; the host's `sm_90` rewrite restores it.
 #[inline(always)]
-pub fn prefetch_l2_bulk(addr: u64, bytes: u32) {
+pub fn prefetch_l2_bulk_if(on: bool, addr: u64, bytes: u32) {
     // SAFETY: a cache hint; it writes nothing and faults on nothing the program sees.
     unsafe {
         asm!(
-            "// mamba3-sm90: cp.async.bulk.prefetch.L2.global [{addr}], {bytes};",
+            "// mamba3-sm90: {{ .reg .pred %pf; setp.ne.u32 %pf, {on}, 0; @%pf cp.async.bulk.prefetch.L2.global [{addr}], {bytes}; }}",
+            on = in(reg32) on as u32,
             addr = in(reg64) addr,
             bytes = in(reg32) bytes,
             options(nostack, preserves_flags, readonly)
@@ -73,29 +78,20 @@ pub fn prefetch_l2_bulk(addr: u64, bytes: u32) {
     };
 }
 
-/// `prefetch.global.L2 [addr]` (PTX ISA 7.0 "Data Movement and Conversion Instructions: prefetch,
-/// prefetchu"): asks L2 for the line holding `addr`. Emitted like [`prefetch_l2_bulk`], as an
-/// `sm_90` instruction marker, so that only the module that launches with programmatic dependent
-/// launch (where it can run before [`wait_for_prerequisite_grids`], overlapping the previous
-/// grid) carries it.
+/// `prefetch.global.L2 [addr]` when `on` (PTX ISA 7.0 "Data Movement and Conversion Instructions:
+/// prefetch, prefetchu"): asks L2 for the line holding `addr`. Predicated and emitted as an
+/// `sm_90` instruction marker like [`prefetch_l2_bulk_if`], so that only the module that launches
+/// with programmatic dependent launch (where it can run before [`wait_for_prerequisite_grids`],
+/// overlapping the previous grid) carries it.
 #[inline(always)]
-pub fn prefetch_l2_line(addr: u64) {
+pub fn prefetch_l2_line_if(on: bool, addr: u64) {
     // SAFETY: a cache hint; it writes nothing and faults on nothing the program sees.
     unsafe {
         asm!(
-            "// mamba3-sm90: prefetch.global.L2 [{addr}];",
+            "// mamba3-sm90: {{ .reg .pred %pf; setp.ne.u32 %pf, {on}, 0; @%pf prefetch.global.L2 [{addr}]; }}",
+            on = in(reg32) on as u32,
             addr = in(reg64) addr,
             options(nostack, preserves_flags, readonly)
         )
     };
-}
-
-/// [`prefetch_l2_bulk`] of a decode block's (b, h) state (`bytes` from `ssm + block·bytes`), issued
-/// by thread 0 when `enabled` (uniform over the grid), followed by [`dependent_launch_prologue`].
-#[inline(always)]
-pub fn decode_state_prefetch_then_prologue(enabled: bool, ssm: u64, bytes: u32) {
-    if enabled && super::sreg::thread_x() == 0 {
-        prefetch_l2_bulk(ssm + super::sreg::block_x() as u64 * bytes as u64, bytes);
-    }
-    dependent_launch_prologue();
 }
