@@ -958,7 +958,7 @@ fn bench_backward_one<T: Activation>(
             format!("{what}/{dtype}/H={h}/B={b}/S={s}"),
             ms,
             100.0 * frac,
-            backward::dispatch_paths(&bwd_cfg, gpu.max_shared_memory_optin()).join(", ")
+            backward::dispatch_paths_on(&bwd_cfg, gpu.max_shared_memory_optin(), gpu.sm_count()).join(", ")
         );
     }
     if let Some(ms) = ms_chunked {

@@ -14,7 +14,7 @@ mod emulation;
 
 use mamba3::golden::{backward_recurrent, Gradients, Mamba3Inputs, OutputMode, Rotation};
 use mamba3_abi::{
-    backward_mma_smem, forward_mma_smem, output_mode, rotation, BackwardChunkedSmem,
+    backward_mma_smem, forward_mma_smem, output_mode, rotation, split_launch, BackwardChunkedSmem,
     BackwardParams, BackwardSmem, BackwardWorkspace, ForwardParams, BACKWARD_MMA_THREADS,
     BACKWARD_THREADS, FORWARD_MMA_THREADS,
 };
@@ -67,6 +67,9 @@ enum Kernel {
     /// forward), after checking them bitwise against the sweep's and its outputs bitwise
     /// against the plain forward's.
     TensorCoreAfterForward,
+    /// The checkpoint sweep then `backward_mma` split into `boundaries + 1` segments of `chunks`
+    /// chunks (the last holding the rest): its two launches (`split_launch`) and the reduce.
+    TensorCoreSplit { boundaries: u32, chunks: u32 },
 }
 
 /// Random ∂L/∂out in the output's layout, rounded to the activation type.
@@ -96,7 +99,14 @@ fn run_emulated(
     kernel: Kernel,
 ) -> Gradients {
     let chunked = kernel == Kernel::Chunked;
-    let tensor_core = matches!(kernel, Kernel::TensorCore | Kernel::TensorCoreAfterForward);
+    let tensor_core = matches!(
+        kernel,
+        Kernel::TensorCore | Kernel::TensorCoreAfterForward | Kernel::TensorCoreSplit { .. }
+    );
+    let (boundaries, split_chunks) = match kernel {
+        Kernel::TensorCoreSplit { boundaries, chunks } => (boundaries, chunks),
+        _ => (0, 0),
+    };
     let g = inp.geometry;
     let (b, s, r, gr, h, n, p, na) = letters(&g);
     let mut bufs = Memory::default();
@@ -174,7 +184,20 @@ fn run_emulated(
     let cs = bufs.poison_f32(ws.cs as usize, "cs");
     let dqh = bufs.poison_f32(ws.dqkh as usize, "dqh");
     let dkh = bufs.poison_f32(ws.dqkh as usize, "dkh");
-    let slots = bufs.poison_f32(ws.slots as usize, "slots");
+    let slots = bufs.poison_f32(ws.slots as usize * (boundaries as usize + 1), "slots");
+    let split_rows = b * h * boundaries as usize;
+    let (split_adj, split_decay, split_tokens) = if boundaries > 0 {
+        (
+            bufs.poison_f32(split_rows * p * n, "split_adj"),
+            bufs.poison_f32(split_rows, "split_decay"),
+            bufs.poison_f32(
+                split_rows * split_launch::TOKEN_WORDS as usize,
+                "split_tokens",
+            ),
+        )
+    } else {
+        (0, 0, 0)
+    };
 
     let reduce_blocks = 3u32;
     let params = BackwardParams {
@@ -236,6 +259,12 @@ fn run_emulated(
         norm_eps: inp.norm.as_ref().map_or(1e-5, |nw| nw.eps as f32),
         reduce_blocks,
         qkh_bf16: u32::from(tensor_core),
+        split: split_launch::WHOLE,
+        split_boundaries: boundaries,
+        split_chunks,
+        split_adj,
+        split_decay,
+        split_tokens,
     };
     if tensor_core {
         assert!(bf16 && (r, n, p, na, seg_len) == (4, 128, 64, 32, 16));
@@ -333,14 +362,33 @@ fn run_emulated(
             params.ckpt = ckpt_fwd;
             params.cs = cs_fwd;
         }
-        emulation::run_grid(
-            (h as u32, b as u32),
-            BACKWARD_MMA_THREADS as usize,
-            backward_mma_smem::BYTES as usize / 4,
-            &bufs.buffers,
-            || unsafe { backward_mma::backward_mma(&params) },
-        );
+        let launches: &[u32] = if boundaries > 0 {
+            &[split_launch::FIRST, split_launch::SECOND]
+        } else {
+            &[split_launch::WHOLE]
+        };
+        for &which in launches {
+            let params = BackwardParams {
+                split: which,
+                ..params
+            };
+            emulation::run_grid3(
+                (h as u32, b as u32, boundaries.max(1)),
+                BACKWARD_MMA_THREADS as usize,
+                backward_mma_smem::BYTES as usize / 4,
+                &bufs.buffers,
+                || unsafe { backward_mma::backward_mma(&params) },
+            );
+        }
     }
+    let params = BackwardParams {
+        split: if boundaries > 0 {
+            split_launch::SECOND
+        } else {
+            split_launch::WHOLE
+        },
+        ..params
+    };
     let words = if chunked {
         BackwardChunkedSmem::new(seg_len as u32, r as u32, n as u32, p as u32, na as u32).total
     } else {
@@ -829,6 +877,50 @@ fn emulated_tensor_core_backward_matches_golden() {
         "emulated tensor-core backward: worst error {worst:.2e} over {} cases",
         cases.len()
     );
+}
+
+#[test]
+fn emulated_split_tensor_core_backward_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    // The sequence split (`split_launch`): two boundaries over 10 chunks (segments of 4, 4 and
+    // 2 chunks; a middle segment's local pass, the last segment's backward handing its start
+    // adjoint on), then three boundaries with a tail chunk, GQA and two batch rows (a local pass
+    // chained through two decays).
+    let cases = [
+        (
+            Case {
+                geo: geo(1, 160, 4, 1, 1, 128, 64, 32),
+                seg_len: 16,
+                opts: opts(HalfSplit, Gated, true, true),
+                bf16: true,
+            },
+            2,
+        ),
+        (
+            Case {
+                geo: geo(2, 217, 4, 2, 2, 128, 64, 32),
+                seg_len: 16,
+                opts: opts(Pairwise, FusedNorm, true, false),
+                bf16: true,
+            },
+            3,
+        ),
+    ];
+    let mut worst = 0.0f64;
+    for (i, (case, boundaries)) in cases.iter().enumerate() {
+        let kernel = Kernel::TensorCoreSplit {
+            boundaries: *boundaries,
+            chunks: 4,
+        };
+        let e = check_kernel(case, 320 + i as u64, kernel);
+        assert!(
+            e <= 2e-2,
+            "split case {i}: worst gradient error {e:e} above 2e-2"
+        );
+        worst = worst.max(e);
+    }
+    eprintln!("emulated split tensor-core backward: worst error {worst:.2e}");
 }
 
 #[test]

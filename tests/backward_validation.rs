@@ -248,3 +248,84 @@ fn chunked_backward_takes_the_geometries_it_supports() {
         assert!(ws >= states + qk && ws >= serial + qk, "{c:?}: {ws}");
     }
 }
+
+#[test]
+fn tensor_core_backward_splits_the_sequence_when_rows_leave_sms_idle() {
+    use mamba3::backward::{
+        backward_split, dispatch_paths_on, BackwardSplit, SPLIT_MIN_CHUNKS, SPLIT_SLOTS,
+    };
+    const H200_SMS: usize = 132;
+    let model = |heads: usize, batch: usize, seq_len: usize| ForwardConfig {
+        batch,
+        heads,
+        seq_len,
+        groups: 1,
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        chunk_size: 16,
+        ..config(OutputMode::Gated)
+    };
+    // n = ⌊132 / (B·H)⌋ blocks per row: K = n + 1 segments, the first K − 1 of m chunks with
+    // (n + 0.4)·m ≈ the chunk count, the last one the rest.
+    let cases = [
+        ((64, 1, 2048), Some((3, 53, 22))),
+        ((32, 1, 2048), Some((5, 29, 12))),
+        ((64, 1, 8192), Some((3, 213, 86))),
+        ((16, 2, 2048), Some((5, 29, 12))),
+        // Every SM already busy, or one block per row to spare: no split.
+        ((64, 8, 2048), None),
+        ((64, 2, 2048), None),
+        ((48, 2, 2048), None),
+        // Too short for two segments of SPLIT_MIN_CHUNKS chunks and a last one of ~0.4 of them.
+        ((1, 1, 16 * 9), None),
+        ((1, 1, 16 * 10), Some((3, 4, 2))),
+    ];
+    for ((h, b, s), want) in cases {
+        let c = model(h, b, s);
+        let got = backward_split(&c, H200_SMS);
+        assert_eq!(
+            got,
+            want.map(|(segments, chunks, last_chunks)| BackwardSplit {
+                segments,
+                chunks,
+                last_chunks
+            }),
+            "H={h} B={b} S={s}"
+        );
+        if let Some(sp) = got {
+            let nc = s.div_ceil(16);
+            assert_eq!((sp.segments - 1) * sp.chunks + sp.last_chunks, nc);
+            assert!(sp.chunks >= SPLIT_MIN_CHUNKS && sp.last_chunks >= 1);
+            assert!((sp.segments - 1) * b * h <= SPLIT_SLOTS.min(H200_SMS));
+        }
+        let paths = dispatch_paths_on(&c, H200_SHARED_MEMORY, H200_SMS);
+        let heads_run = paths
+            .iter()
+            .filter(|p| **p == "backward_mma_bf16_r4_n128_p64_na32_c16")
+            .count();
+        assert_eq!(heads_run, if got.is_some() { 2 } else { 1 }, "{paths:?}");
+    }
+    // One row on a GPU of many SMs: bounded by SPLIT_SLOTS and by the chunk count.
+    let long = model(1, 1, 1 << 20);
+    assert_eq!(
+        backward_split(&long, 10_000).unwrap().segments,
+        SPLIT_SLOTS + 1
+    );
+    // f32, other geometries: the tensor-core backward does not run, nothing to split.
+    let f32_model = ForwardConfig {
+        dtype: Dtype::F32,
+        ..model(64, 1, 2048)
+    };
+    assert_eq!(backward_split(&f32_model, H200_SMS), None);
+    assert_eq!(
+        backward_split(
+            &ForwardConfig {
+                rank: 2,
+                ..model(64, 1, 2048)
+            },
+            H200_SMS
+        ),
+        None
+    );
+}

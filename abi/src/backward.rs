@@ -125,6 +125,53 @@ pub struct BackwardParams {
     /// With 1, N is a multiple of 8 and `dqh` / `dkh` are 16-byte aligned (the reduce reads
     /// eight elements per load).
     pub qkh_bf16: u32,
+    /// Which launch of a sequence-split tensor-core backward this is (one of [`split_launch`]);
+    /// [`split_launch::WHOLE`] (0) for a call that is not split (grid `(H, B)`).
+    pub split: u32,
+    /// Boundaries of a split call: `K − 1` for `K` segments (0 when not split). Both split
+    /// launches have the grid `(H, B·(K − 1))`, block y = `b + B·j`.
+    pub split_boundaries: u32,
+    /// Chunks of segments `0 … K − 2` (the last segment holds the rest, at least one chunk).
+    pub split_chunks: u32,
+    /// Workspace: the adjoint at each boundary, `(B, H, K − 1, P·N)` f32 in the kernel's thread
+    /// layout (see [`split_launch`]).
+    pub split_adj: u64,
+    /// Workspace: `(B, H, K − 1)` f32, the state decay across segment `j + 1` at slot `j`.
+    pub split_decay: u64,
+    /// Workspace: `(B, H, K − 1, 8)` f32, the pieces of the first token of segment `j + 1` at
+    /// slot `j` (see [`split_launch`]).
+    pub split_tokens: u64,
+}
+
+/// The launches of a sequence-split tensor-core backward (`BackwardParams::split`). The
+/// sequence's chunks are cut into `K` segments, `0 … K − 2` of `split_chunks` chunks each and
+/// the last one holding the rest; boundary `j` lies between segments `j` and `j + 1`.
+///
+/// * [`FIRST`](split_launch::FIRST), block `j = 0`: the whole backward of the last segment from
+///   a zero adjoint, writing the adjoint at its start (the true one at boundary `K − 2`) into
+///   `split_adj` slot `K − 2`. Block `j ≥ 1`: the *local* pass of segment `j` (outputs again,
+///   the output-stage backward, the adjoint update; nothing else), from a zero adjoint at its
+///   end, writing the adjoint at its start into slot `j − 1` and the segment's state decay
+///   into `split_decay` slot `j − 1`.
+/// * [`SECOND`](split_launch::SECOND), block `j`: the whole backward of segment `j` from the
+///   true adjoint at its end, `G(K − 2) = adj[K − 2]`, `G(i) = adj[i] + decay[i]·G(i + 1)`
+///   (the adjoint recurrence is affine in G with a scalar decay, and the checkpoints give every
+///   segment its true angles, so no rotation enters).
+///
+/// A segment that starts after the first hands its first token's ∂Δ and ∂λ (without the ε term
+/// of the key before) to `split_tokens` words 0–3 of its boundary (∂Δ₀, ∂λ₀, λ, Δ), the segment
+/// before writes that ε term (∂c of its last token) to word 4, and the reduce kernel finishes
+/// the token's ∂Δ and ∂trap. Parameter partials go to `slots` row `j·B + b` for segment `j`
+/// (`K·B` rows, summed by the reduce in that order).
+pub mod split_launch {
+    /// Not split: one launch of grid `(H, B)` over the whole sequence.
+    pub const WHOLE: u32 = 0;
+    /// The last segment's backward and the middle segments' local adjoint passes.
+    pub const FIRST: u32 = 1;
+    /// Every segment but the last, from its true end adjoint (also set on the reduce launch).
+    pub const SECOND: u32 = 2;
+    /// Words per boundary in `split_tokens`.
+    pub const TOKEN_WORDS: u32 = 8;
 }
 
 impl BackwardParams {
@@ -206,6 +253,9 @@ pub struct BackwardWorkspace {
     pub dqkh: u64,
     /// `slots`.
     pub slots: u64,
+    /// `split_adj`, `split_decay` and `split_tokens` together (0 from [`Self::new`]; the host
+    /// sizes them for the tensor-core backward's sequence split).
+    pub split: u64,
 }
 
 impl BackwardWorkspace {
@@ -223,6 +273,7 @@ impl BackwardWorkspace {
             cs: bh.saturating_mul(s).saturating_mul(na.saturating_mul(2)),
             dqkh: bh.saturating_mul(s).saturating_mul(r).saturating_mul(n),
             slots: bh.saturating_mul(BackwardSlots::len_saturating(r, n, p)),
+            split: 0,
         }
     }
 }

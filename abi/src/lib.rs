@@ -26,9 +26,9 @@ pub mod rotation {
 pub mod backward;
 pub use backward::{
     backward_chunked_smem_bytes, backward_chunked_sp_slots, backward_chunked_sp_strips,
-    backward_chunked_sp_warps, backward_mma_smem, backward_smem_bytes, BackwardChunkedSmem,
-    BackwardParams, BackwardSlots, BackwardSmem, BackwardWorkspace, BACKWARD_CHUNK_ROWS,
-    BACKWARD_MMA_THREADS, BACKWARD_THREADS, BACKWARD_TOKEN_SCALARS,
+    backward_chunked_sp_warps, backward_mma_smem, backward_smem_bytes, split_launch,
+    BackwardChunkedSmem, BackwardParams, BackwardSlots, BackwardSmem, BackwardWorkspace,
+    BACKWARD_CHUNK_ROWS, BACKWARD_MMA_THREADS, BACKWARD_THREADS, BACKWARD_TOKEN_SCALARS,
 };
 
 /// The comment a kernel's inline assembly emits where `griddepcontrol.wait;` belongs (PTX ISA 7.8,

@@ -49,7 +49,9 @@
 //! [`backward_shared_memory_bytes`] (≈ 4·(2·P·(N+1) + 9·R·(N+P) + …) bytes) for the token-serial
 //! one. Each runs one block per (b, h); the chunked kernel's products are on the tensor cores for
 //! bf16 activations (operands split or TF32) and FMA tiles for f32, the token-serial kernel's on
-//! FMA (see `notes/backward.md`).
+//! FMA (see `notes/backward.md`). When `B·H` would leave at least two SMs per row idle, the
+//! tensor-core backward splits each row's sequence into segments and runs in two launches
+//! ([`backward_split`]); the result is the same up to the f32 rounding of the adjoint's sum.
 
 use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
@@ -57,8 +59,8 @@ use cudarc::driver::{
 };
 use mamba3_abi::{
     backward_chunked_smem_bytes, backward_mma_smem, backward_smem_bytes, forward_mma_smem,
-    BackwardParams, BackwardWorkspace, ForwardParams, BACKWARD_CHUNK_ROWS, BACKWARD_MMA_THREADS,
-    BACKWARD_THREADS, FORWARD_MMA_THREADS,
+    split_launch, BackwardParams, BackwardSlots, BackwardWorkspace, ForwardParams,
+    BACKWARD_CHUNK_ROWS, BACKWARD_MMA_THREADS, BACKWARD_THREADS, FORWARD_MMA_THREADS,
 };
 
 use crate::config::{Activation, Dtype, OutputMode};
@@ -314,6 +316,76 @@ pub fn chunked_shared_memory_bytes(config: &ForwardConfig) -> Option<u64> {
 /// Tokens per chunk of the tensor-core backward ([`BackwardPath::TensorCore`]).
 pub const TENSOR_CORE_CHUNK: usize = 16;
 
+/// Most segment boundaries a split tensor-core backward uses over all (b, h) rows,
+/// `(K − 1)·B·H ≤ SPLIT_SLOTS`: it bounds the split's workspace by the config alone (a GPU with
+/// more SMs than this splits less than it could).
+pub const SPLIT_SLOTS: usize = 256;
+
+/// Fewest chunks in each of the first `K − 1` segments of a split tensor-core backward.
+pub const SPLIT_MIN_CHUNKS: usize = 4;
+
+/// The sequence split of a tensor-core backward call (see [`backward_split`]): `segments`
+/// segments, the first `segments − 1` of `chunks` chunks of [`TENSOR_CORE_CHUNK`] tokens each,
+/// the last of `last_chunks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackwardSplit {
+    /// Segments K (≥ 3).
+    pub segments: usize,
+    /// Chunks of each segment but the last.
+    pub chunks: usize,
+    /// Chunks of the last segment (≥ 1).
+    pub last_chunks: usize,
+}
+
+/// Boundaries `K − 1` the workspace of `config` has room for: `SPLIT_SLOTS / (B·H)`, at most one
+/// per [`SPLIT_MIN_CHUNKS`] chunks; 0 when the tensor-core backward does not take the config or
+/// fewer than two fit.
+fn split_capacity(config: &ForwardConfig) -> usize {
+    if tensor_core_kernels(config).is_none() {
+        return 0;
+    }
+    let rows = config.batch.saturating_mul(config.heads).max(1);
+    let chunks = config.seq_len.div_ceil(TENSOR_CORE_CHUNK);
+    let k1 = (SPLIT_SLOTS / rows).min(chunks.saturating_sub(1) / SPLIT_MIN_CHUNKS);
+    if k1 >= 2 {
+        k1
+    } else {
+        0
+    }
+}
+
+/// The sequence split the tensor-core backward uses for `config` on a GPU of `sm_count` SMs, or
+/// `None` (a single launch of one block per (b, h)).
+///
+/// The backward kernel runs one block per SM; when `B·H` leaves at least two blocks' room per
+/// row (`⌊sm_count / (B·H)⌋ = n ≥ 2`, bounded by [`SPLIT_SLOTS`]), each row is cut into
+/// `K = n + 1` segments and the backward runs in two launches of `n` blocks per row: the last
+/// segment's backward beside the middle segments' local adjoint passes (each ~0.4 of a full
+/// pass), then every other segment's backward from its true end adjoint
+/// (`mamba3_abi::split_launch`). The last segment is ~0.4 of the others so that both halves of
+/// the first launch end together: about `(n + 0.4) / 1.4` times faster than one block per row.
+pub fn backward_split(config: &ForwardConfig, sm_count: usize) -> Option<BackwardSplit> {
+    if crate::forward::validate_config(config).is_err() {
+        return None;
+    }
+    let rows = config.batch.saturating_mul(config.heads).max(1);
+    let nc = config.seq_len.div_ceil(TENSOR_CORE_CHUNK);
+    let mut k1 = (sm_count / rows).min(split_capacity(config));
+    while k1 >= 2 {
+        // Chunks m with (k1 + 0.4)·m ≈ nc, the rest (≥ 1) to the last segment.
+        let m = (5 * nc / (5 * k1 + 2)).min((nc - 1) / k1);
+        if m >= SPLIT_MIN_CHUNKS {
+            return Some(BackwardSplit {
+                segments: k1 + 1,
+                chunks: m,
+                last_chunks: nc - k1 * m,
+            });
+        }
+        k1 -= 1;
+    }
+    None
+}
+
 /// The geometry the fixed-geometry backward instantiations are keyed by.
 fn fixed_geometry(config: &ForwardConfig) -> FixedBackwardGeometry {
     FixedBackwardGeometry {
@@ -381,8 +453,13 @@ fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<Backwar
     if path != BackwardPath::TokenSerial {
         ws.seg = 0;
     }
+    if path == BackwardPath::TensorCore {
+        let (adj, decay, tokens) = split_parts(config);
+        ws.split = adj + decay + tokens;
+        ws.slots = ws.slots.saturating_mul(split_capacity(config) as u64 + 1);
+    }
     // The sum of [`total`], checked for overflow.
-    let len = [ws.ckpt, ws.seg, ws.cs, ws.dqkh, ws.dqkh, ws.slots]
+    let len = [ws.ckpt, ws.seg, ws.cs, ws.dqkh, ws.dqkh, ws.split, ws.slots]
         .iter()
         .try_fold(0u64, |a, &x| a.checked_add(x))?;
     (len < u64::MAX / 8 && usize::try_from(len).is_ok()).then_some(ws)
@@ -390,7 +467,20 @@ fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<Backwar
 
 /// f32 elements of one path's workspace layout (the regions [`backward_impl`] lays out in order).
 fn total(ws: BackwardWorkspace) -> u64 {
-    ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.slots
+    ws.ckpt + ws.seg + ws.cs + 2 * ws.dqkh + ws.split + ws.slots
+}
+
+/// f32 elements of the split regions `split_adj`, `split_decay`, `split_tokens` of `config`'s
+/// tensor-core workspace (room for [`split_capacity`] boundaries per row; saturating).
+fn split_parts(config: &ForwardConfig) -> (u64, u64, u64) {
+    let slots = (config.batch as u64)
+        .saturating_mul(config.heads as u64)
+        .saturating_mul(split_capacity(config) as u64);
+    (
+        slots.saturating_mul((config.head_dim * config.state_dim) as u64),
+        slots,
+        slots.saturating_mul(split_launch::TOKEN_WORDS as u64),
+    )
 }
 
 /// f32 elements of the workspace [`backward`] needs for `config` on any path (state
@@ -560,14 +650,27 @@ fn kernels_for(config: &ForwardConfig, path: BackwardPath) -> (Option<Kernel>, K
 }
 
 /// The kernels (PTX symbols, in launch order) that [`backward`] runs for `config` on a device
-/// with `max_shared_memory` bytes of opt-in shared memory, given 16-byte aligned views; empty
-/// when the config is invalid.
+/// with `max_shared_memory` bytes of opt-in shared memory, given 16-byte aligned views, without
+/// a sequence split (see [`dispatch_paths_on`]); empty when the config is invalid.
 pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&'static str> {
+    dispatch_paths_on(config, max_shared_memory, 0)
+}
+
+/// [`dispatch_paths`] on a device of `sm_count` SMs: a call that [`backward_split`] splits runs
+/// the tensor-core kernel twice (its two launches).
+pub fn dispatch_paths_on(
+    config: &ForwardConfig,
+    max_shared_memory: usize,
+    sm_count: usize,
+) -> Vec<&'static str> {
     if crate::forward::validate_config(config).is_err() {
         return Vec::new();
     }
-    let (ckpt, head, reduce) = kernels_for(config, backward_path(config, max_shared_memory));
+    let path = backward_path(config, max_shared_memory);
+    let (ckpt, head, reduce) = kernels_for(config, path);
+    let split = path == BackwardPath::TensorCore && backward_split(config, sm_count).is_some();
     ckpt.into_iter()
+        .chain(split.then_some(head))
         .chain([head, reduce])
         .map(Kernel::symbol)
         .collect()
@@ -865,29 +968,49 @@ fn backward_impl<T: Activation>(
     params.dnorm = opt_out!(grads.norm_weight.as_mut(), "grads.norm_weight", 4);
     let ws_base = out_ptr!(workspace, "workspace", 4);
     let mut offset = ws_base;
+    let (adj_len, decay_len, tokens_len) = if path == BackwardPath::TensorCore {
+        split_parts(config)
+    } else {
+        (0, 0, 0)
+    };
     for (field, len) in [
         (&mut params.ckpt, parts.ckpt),
         (&mut params.seg, parts.seg),
         (&mut params.cs, parts.cs),
         (&mut params.dqh, parts.dqkh),
         (&mut params.dkh, parts.dqkh),
+        (&mut params.split_adj, adj_len),
+        (&mut params.split_decay, decay_len),
+        (&mut params.split_tokens, tokens_len),
         (&mut params.slots, parts.slots),
     ] {
         *field = offset;
         offset += 4 * len;
     }
+    let split = (path == BackwardPath::TensorCore)
+        .then(|| backward_split(config, gpu.sm_count()))
+        .flatten();
+    if let Some(sp) = split {
+        params.split_boundaries = (sp.segments - 1) as u32;
+        params.split_chunks = sp.chunks as u32;
+    }
     let all: Vec<Range> = ins.iter().chain(&outs).copied().collect();
     overlap_check(&outs, &all)?;
 
     let threads = BACKWARD_THREADS as u64;
+    let slot_len = BackwardSlots::len_saturating(
+        config.rank as u64,
+        config.state_dim as u64,
+        config.head_dim as u64,
+    );
     let reduce_items = 2 * parts.dqkh / config.heads as u64 * config.groups as u64
-        + config.heads as u64 * (parts.slots / (config.batch * config.heads) as u64);
+        + config.heads as u64 * slot_len
+        + (config.batch * config.heads) as u64 * params.split_boundaries as u64;
     let reduce_blocks = reduce_items
         .div_ceil(threads)
         .clamp(1, 8 * gpu.sm_count() as u64) as u32;
     params.reduce_blocks = reduce_blocks;
     params.qkh_bf16 = u32::from(path == BackwardPath::TensorCore);
-    let args = Args(params);
 
     let grid_dim = (config.heads as u32, config.batch as u32, 1);
     if let Some(ckpt) = ckpt_kernel.filter(|_| !checkpointed) {
@@ -936,26 +1059,48 @@ fn backward_impl<T: Activation>(
         // aligned, checked above), which the backward kernel then reads, ordered by the stream.
         unsafe { launch.run(cfg) }?;
     }
-    let mut launch = gpu.launch(stream, head)?;
-    launch.arg(&args);
-    let cfg = LaunchConfig {
-        grid_dim,
-        block_dim: (
-            if path == BackwardPath::TensorCore {
-                BACKWARD_MMA_THREADS
-            } else {
-                BACKWARD_THREADS
-            },
-            1,
-            1,
-        ),
-        shared_mem_bytes: smem,
+    let block_dim = (
+        if path == BackwardPath::TensorCore {
+            BACKWARD_MMA_THREADS
+        } else {
+            BACKWARD_THREADS
+        },
+        1,
+        1,
+    );
+    let head_launches: &[u32] = if split.is_some() {
+        &[split_launch::FIRST, split_launch::SECOND]
+    } else {
+        &[split_launch::WHOLE]
     };
-    // SAFETY: one by-value `BackwardParams` is the kernel's parameter list; every pointer was
-    // checked against its documented shape by `validate_backward`, the workspace regions lie
-    // inside the workspace, outputs overlap nothing, and the guards keep the buffers' event
-    // tracking alive until the launches are enqueued.
-    unsafe { launch.run(cfg) }?;
+    for &which in head_launches {
+        let args = Args(BackwardParams {
+            split: which,
+            ..params
+        });
+        let mut launch = gpu.launch(stream, head)?;
+        launch.arg(&args);
+        let cfg = LaunchConfig {
+            grid_dim: (grid_dim.0, grid_dim.1, params.split_boundaries.max(1)),
+            block_dim,
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: one by-value `BackwardParams` is the kernel's parameter list; every pointer
+        // was checked against its documented shape by `validate_backward`, the workspace
+        // regions (the split's sized for `split_capacity ≥ split_boundaries` per row) lie inside
+        // the workspace, outputs overlap nothing, and the guards keep the buffers' event
+        // tracking alive until the launches are enqueued. The second split launch reads what
+        // the first wrote, ordered by the stream.
+        unsafe { launch.run(cfg) }?;
+    }
+    let args = Args(BackwardParams {
+        split: if split.is_some() {
+            split_launch::SECOND
+        } else {
+            split_launch::WHOLE
+        },
+        ..params
+    });
     let mut launch = gpu.launch(stream, reduce)?;
     launch.arg(&args);
     let cfg = LaunchConfig {

@@ -41,28 +41,40 @@
 //! per value head to `dqh` / `dkh`, parameter partials to this block's slot; `backward_reduce`
 //! finishes. No atomics; every sum has a fixed order.
 //!
+//! # Sequence split
+//! When `B·H` leaves SMs idle, the host cuts each row into segments and launches the kernel twice
+//! (`split_launch`): a block then walks only its segment's chunks, from a zero adjoint (the last
+//! segment, and the *local* passes of the middle segments, which run the outputs, the
+//! output-stage backward and the adjoint update only) or from the true adjoint at its end,
+//! combined from the local passes' start adjoints and decays. Such a block starts its ∂θ running
+//! sum from the boundary sums at its end (the same identity as between chunks) and hands its
+//! first token's ∂Δ / ∂λ pieces, and its last key's ∂c, to `split_tokens` for the reduce kernel.
+//!
 //! # Launch contract
-//! Grid `(H, B)`, block [`BACKWARD_MMA_THREADS`], dynamic shared memory [`L::BYTES`]; the
+//! Grid `(H, B, max(1, K − 1))`, block [`BACKWARD_MMA_THREADS`], dynamic shared memory [`L::BYTES`]; the
 //! geometry above with bf16 activations and `seg_len = 16`; q, k, v, z and ∂L/∂out 16-byte
 //! aligned; `ckpt` `(B, H, ⌈S/16⌉, P, N)` bf16 and `cs` `(B, H, ⌈S/16⌉, Na, 2)` f32 as the
 //! checkpoint sweep wrote them, both 16-byte aligned; `dqh` / `dkh` take bf16
-//! (`qkh_bf16 = 1`, 4-byte aligned); the other pointers as for `backward_chunked`.
+//! (`qkh_bf16 = 1`, 4-byte aligned); the other pointers as for `backward_chunked`. A split
+//! call: `split_boundaries = K − 1 ≥ 2` and `split_chunks = m ≥ 1` with `(K − 1)·m < ⌈S/16⌉`,
+//! `split_adj` 16-byte aligned, the split regions and `K·B` slot rows as `split_launch` lays
+//! them out.
 
 use mamba3_abi::{
-    backward_mma_smem as L, output_mode, rotation, BackwardParams, BackwardSlots,
+    backward_mma_smem as L, output_mode, rotation, split_launch, BackwardParams, BackwardSlots,
     BACKWARD_MMA_THREADS,
 };
 
 use crate::angles::{angle_increment_f32, reduced_near_f32};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::{fma_rn, pack_bf16x2, rsqrt_approx, sincos_approx};
-use crate::arch::global::{prefetch_l2, st_global_u32, st_global_v4_f32};
+use crate::arch::global::{ld_global_v4_f32, prefetch_l2, st_global_u32, st_global_v4_f32};
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
 use crate::arch::sreg::{
-    block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
-    shfl_idx_f32, shfl_xor_f32, smem_base_fresh, st_shared_f32, st_shared_u32, st_shared_v2_f32,
-    st_shared_v4_f32, sync_threads, sync_warp, thread_x,
+    block_x, block_y, block_z, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32,
+    ld_shared_v4_f32, shfl_idx_f32, shfl_xor_f32, smem_base_fresh, st_shared_f32, st_shared_u32,
+    st_shared_v2_f32, st_shared_v4_f32, sync_threads, sync_warp, thread_x,
 };
 use crate::chunked_forward_mma::{rotate_row, unpack};
 use crate::elem::{ldg, stg, Bf16, Elem};
@@ -287,6 +299,124 @@ impl Bk {
     #[inline(always)]
     fn narrow_col(&self, t: u32, e: u32) -> u32 {
         32 * self.ch + 8 * t + 2 * (self.lane % 4) + e
+    }
+}
+
+/// The chunks a block walks and what it does with them (see [`split_launch`]).
+#[derive(Clone, Copy)]
+struct Span {
+    /// First chunk.
+    lo: usize,
+    /// One past the last chunk.
+    hi: usize,
+    /// Segment index (0 when not split; `K − 1` for the last segment).
+    seg: usize,
+    /// The local adjoint pass: outputs, output-stage backward and adjoint update only.
+    local: bool,
+    /// Starts from the true adjoint at boundary `seg` (a zero adjoint otherwise).
+    from_boundary: bool,
+    /// Writes the adjoint at its start (and, local, the segment's decay) to this boundary slot.
+    hand_off: Option<usize>,
+}
+
+impl Span {
+    #[inline(always)]
+    fn new(prm: &BackwardParams, nc: usize) -> Self {
+        let k1 = prm.split_boundaries as usize;
+        let m = prm.split_chunks as usize;
+        let j = block_z() as usize;
+        let segment =
+            |seg: usize, local: bool, from_boundary: bool, hand_off: Option<usize>| Span {
+                lo: seg * m,
+                hi: if seg == k1 { nc } else { (seg + 1) * m },
+                seg,
+                local,
+                from_boundary,
+                hand_off,
+            };
+        match prm.split {
+            split_launch::FIRST if j == 0 => segment(k1, false, false, Some(k1 - 1)),
+            split_launch::FIRST => segment(j, true, false, Some(j - 1)),
+            split_launch::SECOND => segment(j, false, true, None),
+            _ => Span {
+                lo: 0,
+                hi: nc,
+                seg: 0,
+                local: false,
+                from_boundary: false,
+                hand_off: None,
+            },
+        }
+    }
+}
+
+/// Byte address of element 0 of this (b, h)'s boundary slot `j` of the split adjoints; a thread's
+/// 32 accumulators lie at `16·(256·t + tid)` bytes from it for `t` in 0..8 (coalesced 16-byte
+/// accesses).
+#[inline(always)]
+fn split_adj_slot(prm: &BackwardParams, bk: &Bk, j: usize) -> u64 {
+    let k1 = prm.split_boundaries as usize;
+    prm.split_adj + 4 * ((bk.bh * k1 + j) * (P * N) as usize) as u64
+}
+
+/// Element index of word 0 of this (b, h)'s record of boundary `j` in `split_tokens`.
+#[inline(always)]
+fn split_token(prm: &BackwardParams, bk: &Bk, j: usize) -> usize {
+    (bk.bh * prm.split_boundaries as usize + j) * split_launch::TOKEN_WORDS as usize
+}
+
+/// The true adjoint at boundary `seg` of a split call: `G(K − 2) = adj[K − 2]`,
+/// `G(i) = adj[i] + decay[i]·G(i + 1)`, summed from the last boundary down.
+#[inline(always)]
+unsafe fn end_adjoint(prm: &BackwardParams, bk: &Bk, seg: usize) -> [[f32; 4]; 8] {
+    let k1 = prm.split_boundaries as usize;
+    let mut g = [[0.0f32; 4]; 8];
+    let mut j = k1;
+    // SAFETY (whole body): slots `seg .. K − 1` of this (b, h), written by the first launch.
+    unsafe {
+        while j > seg {
+            j -= 1;
+            let d = if j + 1 == k1 {
+                0.0
+            } else {
+                ldg(prm.split_decay, bk.bh * k1 + j)
+            };
+            let at = split_adj_slot(prm, bk, j);
+            for (t, gt) in g.iter_mut().enumerate() {
+                let v = ld_global_v4_f32(at + 16 * (T as u64 * t as u64 + bk.tid as u64));
+                for (e, x) in gt.iter_mut().enumerate() {
+                    *x = fma_rn(d, *x, v[e]);
+                }
+            }
+        }
+    }
+    g
+}
+
+/// Stores the adjoint (and, for a local pass, the segment's decay) at boundary slot `j`.
+#[inline(always)]
+unsafe fn write_adjoint(
+    prm: &BackwardParams,
+    bk: &Bk,
+    j: usize,
+    adj: &[[f32; 4]; 8],
+    decay: Option<f32>,
+) {
+    let at = split_adj_slot(prm, bk, j);
+    // SAFETY: slot `j` of this (b, h) in the workspace of the launch contract.
+    unsafe {
+        for (t, gt) in adj.iter().enumerate() {
+            st_global_v4_f32(at + 16 * (T as u64 * t as u64 + bk.tid as u64), *gt);
+        }
+        if let Some(d) = decay {
+            if bk.tid == 0 {
+                stg(
+                    prm.split_decay,
+                    bk.bh * prm.split_boundaries as usize + j,
+                    d,
+                );
+            }
+        }
     }
 }
 
@@ -1327,16 +1457,7 @@ unsafe fn phase_adjoint(bk: &Bk, c: usize, len: u32, adj: &mut [[f32; 4]; 8]) {
     let lane = bk.lane;
     // SAFETY (whole body): tiles and regions of the layout.
     unsafe {
-        let mut hs = [[0.0f32; 4]; 8];
-        for (t, ht) in hs.iter_mut().enumerate() {
-            let col = bk.wide_col(t as u32, 0);
-            for hr in 0..2u32 {
-                let p = bk.acc_row(hr);
-                let (h0, h1) = unpack(ld_shared_u32(bk.base + L::HS + p * L::QK_STRIDE + 2 * col));
-                ht[2 * hr as usize] = h0;
-                ht[2 * hr as usize + 1] = h1;
-            }
-        }
+        let hs = load_state(bk);
         let mut gh = 0.0f32;
         for (gt, ht) in adj.iter().zip(hs.iter()) {
             for s in 0..4 {
@@ -1360,6 +1481,36 @@ unsafe fn phase_adjoint(bk: &Bk, c: usize, len: u32, adj: &mut [[f32; 4]; 8]) {
             bk.base + L::QH,
             (0, 4),
         );
+        boundary_sums(bk, adj, &hs, c > 0);
+    }
+}
+
+/// The warp's accumulator-layout view of the state tile `HS` (bf16, as f32).
+#[inline(always)]
+unsafe fn load_state(bk: &Bk) -> [[f32; 4]; 8] {
+    let mut hs = [[0.0f32; 4]; 8];
+    // SAFETY: the HS tile of the layout.
+    unsafe {
+        for (t, ht) in hs.iter_mut().enumerate() {
+            let col = bk.wide_col(t as u32, 0);
+            for hr in 0..2u32 {
+                let p = bk.acc_row(hr);
+                let (h0, h1) = unpack(ld_shared_u32(bk.base + L::HS + p * L::QK_STRIDE + 2 * col));
+                ht[2 * hr as usize] = h0;
+                ht[2 * hr as usize + 1] = h1;
+            }
+        }
+    }
+    hs
+}
+
+/// The boundary sums of ∂θ for the warp's rotated pairs, `Σ_p G[p, a]·H̃[p, b] − G[p, b]·H̃[p, a]`,
+/// from the adjoint and the state at a chunk boundary; into `BDT` when `store`.
+#[inline(always)]
+unsafe fn boundary_sums(bk: &Bk, adj: &[[f32; 4]; 8], hs: &[[f32; 4]; 8], store: bool) {
+    let lane = bk.lane;
+    // SAFETY: the BDT region of the layout.
+    unsafe {
         // The boundary sums, formed by every warp (column half 1 holds no half-split pair: its
         // sums are not stored) so that the shuffles need no branch.
         let mut bd = [0.0f32; 8];
@@ -1395,7 +1546,7 @@ unsafe fn phase_adjoint(bk: &Bk, c: usize, len: u32, adj: &mut [[f32; 4]; 8]) {
                 *v += shfl_xor_f32(*v, 16);
             }
         }
-        if c > 0 && lane < 4 && (!bk.half_split || bk.ch == 0) {
+        if store && lane < 4 && (!bk.half_split || bk.ch == 0) {
             for (k, v) in bd.iter().enumerate() {
                 if bk.half_split || k < 4 {
                     let j = if bk.half_split {
@@ -1421,17 +1572,7 @@ unsafe fn phase_scalars(prm: &BackwardParams, bk: &Bk, c: usize, len: u32, adj: 
     let t0 = c * C as usize;
     // SAFETY (whole body): regions of the layout; token < S indices of dangles.
     unsafe {
-        for (t, gt) in adj.iter().enumerate() {
-            let col = bk.wide_col(t as u32, 0);
-            for hr in 0..2u32 {
-                let p = bk.acc_row(hr);
-                let s = 2 * hr as usize;
-                st_shared_u32(
-                    bk.base + L::GS + p * L::QK_STRIDE + 2 * col,
-                    pack_bf16x2(gt[s], gt[s + 1]),
-                );
-            }
-        }
+        store_adjoint_tile(bk, adj);
         {
             let (t, s) = (bk.tid / 16, bk.tid % 16);
             let pair =
@@ -1503,13 +1644,42 @@ unsafe fn phase_scalars(prm: &BackwardParams, bk: &Bk, c: usize, len: u32, adj: 
             }
         }
         if w == 6 && c > 0 {
-            let j = lane;
-            let mut s = 0.0f32;
-            for mt in 0..4u32 {
-                s += ld_shared_f32(bk.base + L::BDT + 4 * (32 * mt + j));
-            }
-            st_shared_f32(bk.base + L::SUFFIX + 4 * (32 * ((c as u32 - 1) & 1) + j), s);
+            hand_suffix(bk, c - 1);
         }
+    }
+}
+
+/// The adjoint into `GS` (bf16), the operand of the products of the chunk before.
+#[inline(always)]
+unsafe fn store_adjoint_tile(bk: &Bk, adj: &[[f32; 4]; 8]) {
+    // SAFETY: the GS tile of the layout.
+    unsafe {
+        for (t, gt) in adj.iter().enumerate() {
+            let col = bk.wide_col(t as u32, 0);
+            for hr in 0..2u32 {
+                let p = bk.acc_row(hr);
+                let s = 2 * hr as usize;
+                st_shared_u32(
+                    bk.base + L::GS + p * L::QK_STRIDE + 2 * col,
+                    pack_bf16x2(gt[s], gt[s + 1]),
+                );
+            }
+        }
+    }
+}
+
+/// One warp: the boundary sums in `BDT` (over the row tiles) as the running ∂θ sum chunk `c`
+/// starts from.
+#[inline(always)]
+unsafe fn hand_suffix(bk: &Bk, c: usize) {
+    let j = bk.lane;
+    // SAFETY: the BDT and SUFFIX regions of the layout.
+    unsafe {
+        let mut s = 0.0f32;
+        for mt in 0..4u32 {
+            s += ld_shared_f32(bk.base + L::BDT + 4 * (32 * mt + j));
+        }
+        st_shared_f32(bk.base + L::SUFFIX + 4 * (32 * (c as u32 & 1) + j), s);
     }
 }
 
@@ -1517,7 +1687,7 @@ unsafe fn phase_scalars(prm: &BackwardParams, bk: &Bk, c: usize, len: u32, adj: 
 /// running sum of ∂A in the chunk plus the state pass's ∂A_e), ∂Δ and ∂trap; the first token
 /// waits for ∂ε from the chunk before.
 #[inline(always)]
-unsafe fn phase_token_grads(prm: &BackwardParams, bk: &Bk, c: usize, len: u32) {
+unsafe fn phase_token_grads(prm: &BackwardParams, bk: &Bk, c: usize, len: u32, span: Span) {
     let (u, s) = (bk.tid / 16, bk.tid % 16);
     let t0 = c * C as usize;
     let last = len - 1;
@@ -1560,6 +1730,12 @@ unsafe fn phase_token_grads(prm: &BackwardParams, bk: &Bk, c: usize, len: u32) {
             finish(tg, ddt0, dlam0, lam, dt, bk.ts(TOK_DC, u - 1));
         } else if c == 0 {
             finish(tg, ddt0, dlam0, lam, dt, 0.0);
+        } else if c == span.lo {
+            // The segment before holds the ε term: the pieces go to the boundary's record.
+            let at = split_token(prm, bk, span.seg - 1);
+            for (k, v) in [ddt0, dlam0, lam, dt].into_iter().enumerate() {
+                stg(prm.split_tokens, at + k, v);
+            }
         } else {
             let o = PEND + 5 * (c as u32 & 1);
             st_shared_u32(misc(o), tg as u32);
@@ -1568,7 +1744,13 @@ unsafe fn phase_token_grads(prm: &BackwardParams, bk: &Bk, c: usize, len: u32) {
             st_shared_f32(misc(o + 3), lam);
             st_shared_f32(misc(o + 4), dt);
         }
-        if u == last {
+        if u == last && c + 1 == span.hi && span.hi < bk.nc {
+            stg(
+                prm.split_tokens,
+                split_token(prm, bk, span.seg) + 4,
+                bk.ts(TOK_DC, u),
+            );
+        } else if u == last {
             let o = PEND + 5 * ((c as u32 + 1) & 1);
             let tp = ld_shared_u32(misc(o));
             if tp != NONE {
@@ -1597,12 +1779,13 @@ unsafe fn zero_region(bk: &Bk, at: u32, bytes: u32) {
     }
 }
 
-/// This block's parameter-gradient slot: the bias and mimo_v partials summed over the row tiles,
-/// the output-stage partials (`parts`, staged in the raw-q area) over the warps, in fixed orders.
+/// This block's parameter-gradient slot (row `seg·B + b`): the bias and mimo_v partials summed
+/// over the row tiles, the output-stage partials (`parts`, staged in the raw-q area) over the
+/// warps, in fixed orders.
 #[inline(always)]
-unsafe fn write_slot(prm: &BackwardParams, bk: &Bk, parts: &[[f32; 2]; 4]) {
+unsafe fn write_slot(prm: &BackwardParams, bk: &Bk, parts: &[[f32; 2]; 4], seg: usize) {
     let sl = BackwardSlots::new(R, N, P);
-    let base = bk.bh * sl.len as usize;
+    let base = (seg * bk.heads * prm.batch as usize + bk.bh) * sl.len as usize;
     let outs = bk.base + L::RAW_Q;
     // SAFETY (whole body): regions of the layout; the slot of this (b, h).
     unsafe {
@@ -1681,7 +1864,7 @@ pub unsafe fn backward_mma(prm: &BackwardParams) {
 unsafe fn backward_mma_body<const HALF: bool>(prm: &BackwardParams) {
     let bk = Bk::new::<HALF>(prm);
     let tid = bk.tid;
-    let nc = bk.nc;
+    let span = Span::new(prm, bk.nc);
     // SAFETY (whole body): the launch contract; phases are separated by block barriers and each
     // shared word written in a phase is touched by no other thread in it.
     unsafe {
@@ -1693,21 +1876,41 @@ unsafe fn backward_mma_body<const HALF: bool>(prm: &BackwardParams) {
         zero_region(&bk, bk.base + L::GS, 64 * L::QK_STRIDE);
         zero_region(&bk, bk.base + L::SUFFIX, 2 * 32 * 4);
         zero_region(&bk, bk.base + L::ACC_QB, L::IDENT - L::ACC_QB);
-        stage_chunk(prm, &bk, nc - 1, (nc - 1) as u32 & 1);
-        stage_state(prm, &bk, nc - 1);
-        commit_group();
-        let mut pf = prefetch(prm, &bk, nc - 1);
         let mut adj = [[0.0f32; 4]; 8];
+        if span.from_boundary {
+            // The true adjoint at the segment's end, its bf16 tile, and the running ∂θ sum the
+            // last chunk starts from (the boundary sums against the state entering the chunk
+            // after, which the whole-sequence walk would have formed there).
+            adj = end_adjoint(prm, &bk, span.seg);
+            stage_state(prm, &bk, span.hi);
+            commit_group();
+            sync_threads();
+            store_adjoint_tile(&bk, &adj);
+            wait_group::<0>();
+            sync_threads();
+            boundary_sums(&bk, &adj, &load_state(&bk), true);
+            sync_threads();
+            if bk.warp == 6 {
+                hand_suffix(&bk, span.hi - 1);
+            }
+        }
+        let last = span.hi - 1;
+        stage_chunk(prm, &bk, last, last as u32 & 1);
+        stage_state(prm, &bk, last);
+        commit_group();
+        let mut pf = prefetch(prm, &bk, last);
         let mut parts = [[0.0f32; 2]; 4];
+        let mut decay = 1.0f32;
         wait_group::<0>();
         sync_threads();
 
-        let mut c = nc;
-        while c > 0 {
+        let mut c = span.hi;
+        while c > span.lo {
             c -= 1;
             let t0 = c * C as usize;
             let len = bk.len(c);
             let bank = c as u32 & 1;
+            let more = c > span.lo;
 
             // Phase A: angles and token scalars, q̂ / k̂ / x.
             let loc = phase_increments(&Bk::new::<HALF>(prm), len, &pf);
@@ -1716,7 +1919,7 @@ unsafe fn backward_mma_body<const HALF: bool>(prm: &BackwardParams) {
             sync_threads();
             phase_rotate(prm, &Bk::new::<HALF>(prm), bank);
             sync_threads();
-            if c > 0 {
+            if more {
                 stage_chunk(prm, &Bk::new::<HALF>(prm), c - 1, bank ^ 1);
                 prefetch_state(prm, &Bk::new::<HALF>(prm), c - 1);
             }
@@ -1732,35 +1935,48 @@ unsafe fn backward_mma_body<const HALF: bool>(prm: &BackwardParams) {
             phase_output(prm, &Bk::new::<HALF>(prm), bank, &mut parts);
             sync_threads();
 
-            // Phase D: ∂z, Dₛ and the pair sums.
-            phase_dz(prm, &Bk::new::<HALF>(prm), t0, len);
-            phase_ds(&Bk::new::<HALF>(prm), &sc);
-            sync_threads();
+            if !span.local {
+                // Phase D: ∂z, Dₛ and the pair sums.
+                phase_dz(prm, &Bk::new::<HALF>(prm), t0, len);
+                phase_ds(&Bk::new::<HALF>(prm), &sc);
+                sync_threads();
 
-            // Phase E: ∂Q̂, ∂K̂, ∂X, the adjoint.
-            phase_dq(prm, &Bk::new::<HALF>(prm), t0, len);
-            phase_dk(prm, &Bk::new::<HALF>(prm), t0, len);
-            phase_dx(prm, &Bk::new::<HALF>(prm), bank, t0, len);
+                // Phase E: ∂Q̂, ∂K̂, ∂X.
+                phase_dq(prm, &Bk::new::<HALF>(prm), t0, len);
+                phase_dk(prm, &Bk::new::<HALF>(prm), t0, len);
+                phase_dx(prm, &Bk::new::<HALF>(prm), bank, t0, len);
+            }
+            // The adjoint.
             phase_adjoint(&Bk::new::<HALF>(prm), c, len, &mut adj);
             sync_threads();
             // The state entering the chunk before, into HS (free now), waited for with the
             // chunk's staging at the end of the chunk.
-            if c > 0 {
+            if more {
                 stage_state(prm, &Bk::new::<HALF>(prm), c - 1);
             }
             commit_group();
 
-            // Phase F: the scalar chain.
-            phase_scalars(prm, &Bk::new::<HALF>(prm), c, len, &adj);
-            sync_threads();
-            phase_token_grads(prm, &Bk::new::<HALF>(prm), c, len);
-            if c > 0 {
+            if span.local {
+                decay *= Bk::new::<HALF>(prm).ts(TOK_EA, len - 1);
+            } else {
+                // Phase F: the scalar chain.
+                phase_scalars(prm, &Bk::new::<HALF>(prm), c, len, &adj);
+                sync_threads();
+                phase_token_grads(prm, &Bk::new::<HALF>(prm), c, len, span);
+            }
+            if more {
                 pf = prefetch(prm, &Bk::new::<HALF>(prm), c - 1);
             }
             wait_group::<0>();
             sync_threads();
         }
-        write_slot(prm, &Bk::new::<HALF>(prm), &parts);
+        if let Some(j) = span.hand_off {
+            let d = if span.local { Some(decay) } else { None };
+            write_adjoint(prm, &Bk::new::<HALF>(prm), j, &adj, d);
+        }
+        if !span.local {
+            write_slot(prm, &Bk::new::<HALF>(prm), &parts, span.seg);
+        }
     }
 }
 

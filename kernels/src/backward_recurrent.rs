@@ -37,7 +37,8 @@
 //! Every pointer of [`BackwardParams`] valid for its documented shape (the host validates).
 
 use mamba3_abi::{
-    output_mode, rotation, BackwardParams, BackwardSlots, BackwardSmem, BACKWARD_THREADS,
+    output_mode, rotation, split_launch, BackwardParams, BackwardSlots, BackwardSmem,
+    BACKWARD_THREADS,
 };
 
 use crate::angles::{angle_increment, reduced_f32, rotate_pair};
@@ -1068,7 +1069,16 @@ pub unsafe fn backward_reduce<X: Elem>(prm: &BackwardParams) {
     let items = if octet { qk / 8 } else { qk };
     let sl = BackwardSlots::new(prm.rank, prm.n, prm.p);
     let slot_len = sl.len as usize;
-    let total = 2 * items + heads * slot_len;
+    // A split tensor-core call: `K·B` slot rows, and one boundary token per (b, h, boundary) to
+    // finish (see `mamba3_abi::split_launch`).
+    let k1 = if prm.split != 0 {
+        prm.split_boundaries as usize
+    } else {
+        0
+    };
+    let slot_rows = b_len * (k1 + 1);
+    let params_end = 2 * items + heads * slot_len;
+    let total = params_end + b_len * heads * k1;
     let stride = prm.reduce_blocks as usize * T as usize;
     let mut i = block_x() as usize * T as usize + thread_x() as usize;
     let (rn, rp) = (r_len * n, r_len * p);
@@ -1120,13 +1130,15 @@ pub unsafe fn backward_reduce<X: Elem>(prm: &BackwardParams) {
                     }
                     X::store(dst, e, acc);
                 }
+            } else if i >= params_end {
+                finish_boundary_token::<X>(prm, i - params_end);
             } else {
                 let e = i - 2 * items;
                 let h = e / slot_len;
                 let o = e - h * slot_len;
                 let mut acc = 0.0f32;
                 let mut b = 0;
-                while b < b_len {
+                while b < slot_rows {
                     acc += ldg(prm.slots, (b * heads + h) * slot_len + o);
                     b += 1;
                 }
@@ -1152,6 +1164,28 @@ pub unsafe fn backward_reduce<X: Elem>(prm: &BackwardParams) {
             }
             i += stride;
         }
+    }
+}
+
+/// Finishes the first token of the segment after boundary `item % (K − 1)` of (b, h) =
+/// `item / (K − 1)` of a split call: its ∂Δ and ∂trap from the pieces its own segment wrote and
+/// the ε term (∂c of the token before) the segment before wrote (see
+/// `mamba3_abi::split_launch`).
+///
+/// # Safety
+/// A split call's `split_tokens`, `ddt` and `dtrap` (module launch contract).
+#[inline(always)]
+unsafe fn finish_boundary_token<X: Elem>(prm: &BackwardParams, item: usize) {
+    let k1 = prm.split_boundaries as usize;
+    let (bh, j) = (item / k1, item % k1);
+    let t = (j + 1) * prm.split_chunks as usize * prm.seg_len as usize;
+    let at = item * split_launch::TOKEN_WORDS as usize;
+    // SAFETY: the record of an existing boundary and a token < S of this (b, h).
+    unsafe {
+        let [ddt0, dlam0, lam, dt, deps] = [0, 1, 2, 3, 4].map(|k| ldg(prm.split_tokens, at + k));
+        let row = bh * prm.seq_len as usize;
+        stg(prm.ddt, row + t, ddt0 + deps * (1.0 - lam));
+        X::store(prm.dtrap, row + t, (dlam0 - deps * dt) * lam * (1.0 - lam));
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Barrier, Mutex};
 /// Per-thread launch context of the emulation.
 pub struct ThreadCtx {
     tid: u32,
-    block: (u32, u32),
+    block: (u32, u32, u32),
     launch: Arc<Launch>,
     epoch: u64,
 }
@@ -479,6 +479,9 @@ pub mod arch {
         pub fn block_y() -> u32 {
             super::super::with_ctx(|c| c.block.1)
         }
+        pub fn block_z() -> u32 {
+            super::super::with_ctx(|c| c.block.2)
+        }
         pub fn lane_id() -> u32 {
             thread_x() % 32
         }
@@ -715,7 +718,18 @@ pub fn run_grid(
     buffers: &[Buffer],
     body: impl Fn() + Sync,
 ) {
-    for by in 0..grid.1 {
+    run_grid3((grid.0, grid.1, 1), threads, words, buffers, body)
+}
+
+/// [`run_grid`] on the grid `(x, y, z)`.
+pub fn run_grid3(
+    grid: (u32, u32, u32),
+    threads: usize,
+    words: usize,
+    buffers: &[Buffer],
+    body: impl Fn() + Sync,
+) {
+    for (bz, by) in (0..grid.2).flat_map(|z| (0..grid.1).map(move |y| (z, y))) {
         for bx in 0..grid.0 {
             let launch = Arc::new(Launch {
                 // Poison shared memory: the kernel must not read what it did not write.
@@ -742,7 +756,7 @@ pub fn run_grid(
                             CTX.with(|c| {
                                 *c.borrow_mut() = Some(ThreadCtx {
                                     tid,
-                                    block: (bx, by),
+                                    block: (bx, by, bz),
                                     launch,
                                     epoch: 1,
                                 })
@@ -758,7 +772,7 @@ pub fn run_grid(
             let errors = launch.errors.lock().unwrap();
             if !errors.is_empty() {
                 panic!(
-                    "block ({bx},{by}): {} shared-memory races, first: {}",
+                    "block ({bx},{by},{bz}): {} shared-memory races, first: {}",
                     errors.len(),
                     errors[0]
                 );

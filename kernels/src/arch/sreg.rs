@@ -136,6 +136,13 @@ pub fn block_y() -> u32 {
     unsafe { nvptx::_block_idx_y() as u32 }
 }
 
+/// `%ctaid.z`.
+#[inline(always)]
+pub fn block_z() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_idx_z() as u32 }
+}
+
 /// `st.shared.f32` at a shared-space address (PTX ISA §9.7.9.10).
 ///
 /// # Safety
