@@ -267,18 +267,19 @@ fn tensor_core_backward_splits_the_sequence_when_rows_leave_sms_idle() {
         ..config(OutputMode::Gated)
     };
     // n = ⌊132 / (B·H)⌋ blocks per row: K = n + 1 segments, the first K − 1 of m chunks with
-    // (n + 0.4)·m ≈ the chunk count, the last one the rest.
+    // m + max(last, m/2) least, the last one the rest.
     let cases = [
-        ((64, 1, 2048), Some((3, 53, 22))),
+        ((64, 1, 2048), Some((3, 51, 26))),
         ((32, 1, 2048), Some((5, 29, 12))),
-        ((64, 1, 8192), Some((3, 213, 86))),
+        ((64, 1, 8192), Some((3, 205, 102))),
         ((16, 2, 2048), Some((5, 29, 12))),
         // Every SM already busy, or one block per row to spare: no split.
         ((64, 8, 2048), None),
         ((64, 2, 2048), None),
         ((48, 2, 2048), None),
-        // Too short for two segments of SPLIT_MIN_CHUNKS chunks and a last one of ~0.4 of them.
-        ((1, 1, 16 * 9), None),
+        // Too short for two segments of SPLIT_MIN_CHUNKS chunks and a last chunk.
+        ((1, 1, 16 * 8), None),
+        ((1, 1, 16 * 8 + 1), Some((3, 4, 1))),
         ((1, 1, 16 * 10), Some((3, 4, 2))),
     ];
     for ((h, b, s), want) in cases {

@@ -360,30 +360,29 @@ fn split_capacity(config: &ForwardConfig) -> usize {
 /// The backward kernel runs one block per SM; when `B·H` leaves at least two blocks' room per
 /// row (`⌊sm_count / (B·H)⌋ = n ≥ 2`, bounded by [`SPLIT_SLOTS`]), each row is cut into
 /// `K = n + 1` segments and the backward runs in two launches of `n` blocks per row: the last
-/// segment's backward beside the middle segments' local adjoint passes (each ~0.4 of a full
-/// pass), then every other segment's backward from its true end adjoint
-/// (`mamba3_abi::split_launch`). The last segment is ~0.4 of the others so that both halves of
-/// the first launch end together: about `(n + 0.4) / 1.4` times faster than one block per row.
+/// segment's backward beside the middle segments' local adjoint passes, then every other
+/// segment's backward from its true end adjoint (`mamba3_abi::split_launch`). A local pass costs
+/// about half a full one (H200: splits planned with 0.4, 0.5 and 0.3 measured best with 0.5), so
+/// the segment length `m` minimises `m + max(last, m/2)` (in chunks of full-pass work, `last`
+/// the last segment's chunks): about `(n + 0.5) / 1.5` times faster than one block per row.
 pub fn backward_split(config: &ForwardConfig, sm_count: usize) -> Option<BackwardSplit> {
     if crate::forward::validate_config(config).is_err() {
         return None;
     }
     let rows = config.batch.saturating_mul(config.heads).max(1);
     let nc = config.seq_len.div_ceil(TENSOR_CORE_CHUNK);
-    let mut k1 = (sm_count / rows).min(split_capacity(config));
-    while k1 >= 2 {
-        // Chunks m with (k1 + 0.4)·m ≈ nc, the rest (≥ 1) to the last segment.
-        let m = (5 * nc / (5 * k1 + 2)).min((nc - 1) / k1);
-        if m >= SPLIT_MIN_CHUNKS {
-            return Some(BackwardSplit {
-                segments: k1 + 1,
-                chunks: m,
-                last_chunks: nc - k1 * m,
-            });
-        }
-        k1 -= 1;
+    let k1 = (sm_count / rows).min(split_capacity(config));
+    if k1 < 2 {
+        return None;
     }
-    None
+    // Twice the modelled time of segment length m (the last segment is nc − k1·m ≥ 1 chunks).
+    let cost = |m: usize| 2 * m + (2 * (nc - k1 * m)).max(m);
+    let m = (SPLIT_MIN_CHUNKS..=(nc - 1) / k1).min_by_key(|&m| (cost(m), m))?;
+    Some(BackwardSplit {
+        segments: k1 + 1,
+        chunks: m,
+        last_chunks: nc - k1 * m,
+    })
 }
 
 /// The geometry the fixed-geometry backward instantiations are keyed by.
