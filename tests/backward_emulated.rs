@@ -14,9 +14,10 @@ mod emulation;
 
 use mamba3::golden::{backward_recurrent, Gradients, Mamba3Inputs, OutputMode, Rotation};
 use mamba3_abi::{
-    backward_mma_smem, forward_mma_smem, output_mode, rotation, split_launch, BackwardChunkedSmem,
-    BackwardParams, BackwardSmem, BackwardWorkspace, ForwardParams, BACKWARD_MMA_THREADS,
-    BACKWARD_THREADS, FORWARD_MMA_THREADS,
+    backward_mma_smem, forward_mma_smem, output_mode, rotation, segment_combine_smem_bytes,
+    split_launch, BackwardChunkedSmem, BackwardParams, BackwardSmem, BackwardWorkspace,
+    ForwardParams, SegmentCombineParams, BACKWARD_MMA_THREADS, BACKWARD_THREADS,
+    FORWARD_MMA_THREADS, SEGMENT_COMBINE_THREADS,
 };
 
 use common::{geo, grad_err, letters, opts, quantize, worst_over};
@@ -54,6 +55,10 @@ mod chunked_forward_mma;
 #[path = "../kernels/src/backward_mma.rs"]
 mod backward_mma;
 
+#[allow(clippy::all)]
+#[path = "../kernels/src/segment_state.rs"]
+mod segment_state;
+
 /// The per-head backward kernel an emulated run takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernel {
@@ -67,9 +72,16 @@ enum Kernel {
     /// forward), after checking them bitwise against the sweep's and its outputs bitwise
     /// against the plain forward's.
     TensorCoreAfterForward,
-    /// The checkpoint sweep then `backward_mma` split into `boundaries + 1` segments of `chunks`
-    /// chunks (the last holding the rest): its two launches (`split_launch`) and the reduce.
-    TensorCoreSplit { boundaries: u32, chunks: u32 },
+    /// The checkpoint sweep (split into `sweep_segments` segments when above 1: the segment-state
+    /// pass, the combine pass and the sweep from the combined states, with the hand-off slots
+    /// where the host puts them, in the split adjoint and per-head ∂k̃ regions) then
+    /// `backward_mma` split into `boundaries + 1` segments of `chunks` chunks (the last holding
+    /// the rest): its two launches (`split_launch`) and the reduce.
+    TensorCoreSplit {
+        boundaries: u32,
+        chunks: u32,
+        sweep_segments: u32,
+    },
 }
 
 /// Random ∂L/∂out in the output's layout, rounded to the activation type.
@@ -103,9 +115,13 @@ fn run_emulated(
         kernel,
         Kernel::TensorCore | Kernel::TensorCoreAfterForward | Kernel::TensorCoreSplit { .. }
     );
-    let (boundaries, split_chunks) = match kernel {
-        Kernel::TensorCoreSplit { boundaries, chunks } => (boundaries, chunks),
-        _ => (0, 0),
+    let (boundaries, split_chunks, sweep_segments) = match kernel {
+        Kernel::TensorCoreSplit {
+            boundaries,
+            chunks,
+            sweep_segments,
+        } => (boundaries, chunks, sweep_segments.max(1)),
+        _ => (0, 0, 1),
     };
     let g = inp.geometry;
     let (b, s, r, gr, h, n, p, na) = letters(&g);
@@ -301,13 +317,66 @@ fn run_emulated(
             ckpt_theta: cs,
             ..ForwardParams::default()
         };
+        let sweep = if sweep_segments > 1 {
+            // The host's layout: states in the split adjoint region (one slot per boundary of
+            // the backward's split at most), θ and decays at the start of the per-head ∂k̃.
+            let slots = (sweep_segments as usize - 1) * b * h;
+            assert!(sweep_segments <= boundaries + 1 && slots * (2 * na + 1) <= ws.dqkh as usize);
+            let chunks = s.div_ceil(16);
+            let sweep = ForwardParams {
+                segments: sweep_segments,
+                seg_chunks: chunks.div_ceil(sweep_segments as usize) as u32,
+                seg_state: split_adj,
+                seg_theta: dkh,
+                seg_decay: dkh + 4 * (slots * 2 * na) as u64,
+                ..sweep
+            };
+            emulation::run_grid(
+                (h as u32, (b as u32) * sweep_segments),
+                FORWARD_MMA_THREADS as usize,
+                forward_mma_smem::BYTES as usize / 4,
+                &bufs.buffers,
+                || unsafe {
+                    chunked_forward_mma::chunked_forward_mma::<true, false, false>(&sweep)
+                },
+            );
+            let combine = SegmentCombineParams {
+                seg_state: sweep.seg_state,
+                seg_theta: sweep.seg_theta,
+                seg_decay: sweep.seg_decay,
+                heads: h as u32,
+                segments: sweep_segments,
+                n: n as u32,
+                p: p as u32,
+                na: na as u32,
+                rotation: params.rotation,
+            };
+            emulation::run_grid(
+                (h as u32, b as u32),
+                SEGMENT_COMBINE_THREADS as usize,
+                (segment_combine_smem_bytes(sweep_segments, na as u32) as usize / 4).max(1),
+                &bufs.buffers,
+                || unsafe { segment_state::segment_combine(&combine) },
+            );
+            sweep
+        } else {
+            sweep
+        };
         emulation::run_grid(
-            (h as u32, b as u32),
+            (h as u32, (b as u32) * sweep.segments),
             FORWARD_MMA_THREADS as usize,
             forward_mma_smem::BYTES as usize / 4,
             &bufs.buffers,
             || unsafe { chunked_forward_mma::chunked_forward_mma::<true, false, true>(&sweep) },
         );
+        let sweep = ForwardParams {
+            segments: 1,
+            seg_chunks: 0,
+            seg_state: 0,
+            seg_theta: 0,
+            seg_decay: 0,
+            ..sweep
+        };
         let mut params = params;
         if kernel == Kernel::TensorCoreAfterForward {
             let out_len = b * s * h * inp.output_width();
@@ -887,6 +956,9 @@ fn emulated_split_tensor_core_backward_matches_golden() {
     // 2 chunks; a middle segment's local pass, the last segment's backward handing its start
     // adjoint on), then three boundaries with a tail chunk, GQA and two batch rows (a local pass
     // chained through two decays).
+    // The checkpoint sweep runs whole in the first case, split in three segments (of 4, 4 and 2
+    // chunks) in the second and in four (4, 4, 4, 2) in the third, as the host splits it when
+    // B·H leaves SMs idle (`backward::checkpoint_sweep_segments`).
     let cases = [
         (
             Case {
@@ -896,6 +968,17 @@ fn emulated_split_tensor_core_backward_matches_golden() {
                 bf16: true,
             },
             2,
+            1,
+        ),
+        (
+            Case {
+                geo: geo(1, 150, 4, 1, 1, 128, 64, 32),
+                seg_len: 16,
+                opts: opts(Pairwise, Gated, true, true),
+                bf16: true,
+            },
+            2,
+            3,
         ),
         (
             Case {
@@ -905,15 +988,18 @@ fn emulated_split_tensor_core_backward_matches_golden() {
                 bf16: true,
             },
             3,
+            4,
         ),
     ];
     let mut worst = 0.0f64;
-    for (i, (case, boundaries)) in cases.iter().enumerate() {
+    for (i, (case, boundaries, sweep_segments)) in cases.iter().enumerate() {
         let kernel = Kernel::TensorCoreSplit {
             boundaries: *boundaries,
             chunks: 4,
+            sweep_segments: *sweep_segments,
         };
         let e = check_kernel(case, 320 + i as u64, kernel);
+        eprintln!("split case {i} (sweep in {sweep_segments}): worst gradient error {e:.2e}");
         assert!(
             e <= 2e-2,
             "split case {i}: worst gradient error {e:e} above 2e-2"

@@ -330,3 +330,65 @@ fn tensor_core_backward_splits_the_sequence_when_rows_leave_sms_idle() {
         None
     );
 }
+
+#[test]
+fn tensor_core_checkpoint_sweep_splits_when_rows_leave_sms_idle() {
+    use mamba3::backward::{checkpoint_sweep_segments, dispatch_paths_on, SPLIT_SLOTS};
+    const H200_SMS: usize = 132;
+    let model = |heads: usize, batch: usize, seq_len: usize| ForwardConfig {
+        batch,
+        heads,
+        seq_len,
+        groups: 1,
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        chunk_size: 64,
+        ..config(OutputMode::Gated)
+    };
+    // Two sweep blocks per SM: ⌊264 / (B·H)⌋ segments of whole chunks of 16 tokens, at least
+    // three, at most one more than the split adjoint region's SPLIT_SLOTS / (B·H) slots per row.
+    let cases = [
+        ((64, 1, 2048), 4),
+        ((32, 1, 2048), 8),
+        ((64, 1, 8192), 4),
+        ((16, 2, 2048), 8),
+        // 33 wanted, 32 slots: segments of 4 chunks.
+        ((8, 1, 2048), 32),
+        // Eleven chunks leave the split adjoint region room for (11 − 1) / 4 = 2 boundaries.
+        ((1, 1, 16 * 11), 3),
+        // Two segments would take as long as one; every SM busy; too short.
+        ((64, 2, 2048), 1),
+        ((64, 8, 2048), 1),
+        ((1, 1, 16 * 5), 1),
+    ];
+    for ((h, b, s), want) in cases {
+        let c = model(h, b, s);
+        let got = checkpoint_sweep_segments(&c, H200_SMS);
+        assert_eq!(got, want, "H={h} B={b} S={s}");
+        assert!(
+            got == 1 || (got - 1) * b * h <= SPLIT_SLOTS,
+            "H={h} B={b} S={s}"
+        );
+        let paths = dispatch_paths_on(&c, H200_SHARED_MEMORY, H200_SMS);
+        let sweep_at = paths
+            .iter()
+            .position(|p| *p == "backward_ckpt_mma_bf16_r4_n128_p64_na32_c16")
+            .expect("the tensor-core path runs a checkpoint sweep");
+        let prelude: &[&str] = if got > 1 {
+            &[
+                "segment_state_mma_bf16_r4_n128_p64_na32_c16",
+                "segment_combine_f32",
+            ]
+        } else {
+            &[]
+        };
+        assert_eq!(&paths[..sweep_at], prelude, "H={h} B={b} S={s}: {paths:?}");
+    }
+    // Other dtypes and geometries run no sweep to split.
+    let f32_model = ForwardConfig {
+        dtype: Dtype::F32,
+        ..model(64, 1, 2048)
+    };
+    assert_eq!(checkpoint_sweep_segments(&f32_model, H200_SMS), 1);
+}

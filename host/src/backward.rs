@@ -385,6 +385,45 @@ pub fn backward_split(config: &ForwardConfig, sm_count: usize) -> Option<Backwar
     })
 }
 
+/// Segments K of the tensor-core backward's checkpoint sweep for `config` on a GPU of `sm_count`
+/// SMs (1: one block per (b, h) over the whole sequence).
+///
+/// The sweep is the forward's state pass, which holds two blocks per SM; when `B·H` leaves room
+/// for at least three blocks per row it runs split like the forward: a segment-state pass over
+/// the first `K − 1` segments from zero, the combine pass, then the sweep of every segment from
+/// its true entering state (`2/K` of the whole sweep's chunk steps, at up to two blocks per SM).
+/// The hand-off slots use the backward split's adjoint region, so `K − 1` is bounded by its
+/// capacity ([`SPLIT_SLOTS`]` / (B·H)` boundaries per row).
+pub fn checkpoint_sweep_segments(config: &ForwardConfig, sm_count: usize) -> usize {
+    if crate::forward::validate_config(config).is_err() {
+        return 1;
+    }
+    let capacity = split_capacity(config);
+    if capacity == 0 {
+        return 1;
+    }
+    let run = ForwardConfig {
+        chunk_size: TENSOR_CORE_CHUNK,
+        ..*config
+    };
+    let rows = config.batch.saturating_mul(config.heads).max(1);
+    let chunks = config.seq_len.div_ceil(TENSOR_CORE_CHUNK);
+    let wanted = (crate::forward::blocks_per_sm(&run).saturating_mul(sm_count) / rows)
+        .min(capacity + 1)
+        .min(chunks / crate::forward::MIN_SEGMENT_CHUNKS);
+    // Two segments would run as many chunk steps as the whole sweep, at two blocks per SM.
+    if wanted < 3 {
+        return 1;
+    }
+    let per = chunks.div_ceil(wanted);
+    let segments = chunks.div_ceil(per);
+    if segments < 3 {
+        1
+    } else {
+        segments
+    }
+}
+
 /// The geometry the fixed-geometry backward instantiations are keyed by.
 fn fixed_geometry(config: &ForwardConfig) -> FixedBackwardGeometry {
     FixedBackwardGeometry {
@@ -656,7 +695,8 @@ pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&
 }
 
 /// [`dispatch_paths`] on a device of `sm_count` SMs: a call that [`backward_split`] splits runs
-/// the tensor-core kernel twice (its two launches).
+/// the tensor-core kernel twice (its two launches), and one whose checkpoint sweep
+/// [`checkpoint_sweep_segments`] splits runs the segment-state and combine passes before it.
 pub fn dispatch_paths_on(
     config: &ForwardConfig,
     max_shared_memory: usize,
@@ -667,8 +707,16 @@ pub fn dispatch_paths_on(
     }
     let path = backward_path(config, max_shared_memory);
     let (ckpt, head, reduce) = kernels_for(config, path);
-    let split = path == BackwardPath::TensorCore && backward_split(config, sm_count).is_some();
-    ckpt.into_iter()
+    let tensor_core = path == BackwardPath::TensorCore;
+    let split = tensor_core && backward_split(config, sm_count).is_some();
+    let sweep_split = ckpt
+        .filter(|_| tensor_core && checkpoint_sweep_segments(config, sm_count) > 1)
+        .and_then(|_| Kernel::backward_sweep_segment_state(config.dtype, fixed_geometry(config)));
+    let sweep_prelude = sweep_split
+        .into_iter()
+        .flat_map(|segment_state| [segment_state, Kernel::SegmentCombineF32]);
+    sweep_prelude
+        .chain(ckpt)
         .chain(split.then_some(head))
         .chain([head, reduce])
         .map(Kernel::symbol)
@@ -1046,16 +1094,61 @@ fn backward_impl<T: Activation>(
             ckpt_theta: params.cs,
             ..ForwardParams::default()
         });
+        let segments = checkpoint_sweep_segments(config, gpu.sm_count());
+        let slots = (segments - 1) * config.batch * config.heads;
+        let theta_words = 2 * config.num_angles;
+        // The hand-off: states in the split adjoint region (room for `split_capacity` slots per
+        // row, 16-byte aligned), θ and decays at the start of the per-head ∂k̃ region; the
+        // backward kernel writes both only after the sweep, in stream order.
+        let handoff_fits = (slots * (theta_words + 1)) as u64 <= parts.dqkh;
+        let (sweep, segments) =
+            match Kernel::backward_sweep_segment_state(config.dtype, fixed_geometry(config)) {
+                Some(segment_state) if segments > 1 && handoff_fits => {
+                    let sweep = ForwardArgs(ForwardParams {
+                        segments: segments as u32,
+                        seg_chunks: config
+                            .seq_len
+                            .div_ceil(TENSOR_CORE_CHUNK)
+                            .div_ceil(segments) as u32,
+                        seg_state: params.split_adj,
+                        seg_theta: params.dkh,
+                        seg_decay: params.dkh + 4 * (slots * theta_words) as u64,
+                        ..sweep.0
+                    });
+                    let mut launch = gpu.launch(stream, segment_state)?;
+                    launch.arg(&sweep);
+                    let cfg = LaunchConfig {
+                        grid_dim: (grid_dim.0, grid_dim.1 * segments as u32, 1),
+                        block_dim: (FORWARD_MMA_THREADS, 1, 1),
+                        shared_mem_bytes: forward_mma_smem::BYTES,
+                    };
+                    // SAFETY: as for the sweep below; the segment-state pass writes only the
+                    // hand-off slots 0..K−1 per row, inside the workspace regions named above.
+                    unsafe { launch.run(cfg) }?;
+                    crate::forward::launch_segment_combine(
+                        gpu, stream, config, &sweep.0, segments,
+                    )?;
+                    (sweep, segments)
+                }
+                _ => (
+                    ForwardArgs(ForwardParams {
+                        segments: 1,
+                        ..sweep.0
+                    }),
+                    1,
+                ),
+            };
         let mut launch = gpu.launch(stream, ckpt)?;
         launch.arg(&sweep);
         let cfg = LaunchConfig {
-            grid_dim,
+            grid_dim: (grid_dim.0, grid_dim.1 * segments as u32, 1),
             block_dim: (FORWARD_MMA_THREADS, 1, 1),
             shared_mem_bytes: forward_mma_smem::BYTES,
         };
         // SAFETY: one by-value `ForwardParams` is the sweep's parameter list; its pointers are the
-        // validated inputs and the checkpoint regions of the validated workspace (16-byte
-        // aligned, checked above), which the backward kernel then reads, ordered by the stream.
+        // validated inputs, the checkpoint regions of the validated workspace (16-byte aligned,
+        // checked above) and, split, the combined hand-off slots, which the backward kernel then
+        // reads or overwrites, ordered by the stream.
         unsafe { launch.run(cfg) }?;
     }
     let block_dim = (

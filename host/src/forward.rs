@@ -961,6 +961,40 @@ struct CombineArgs(SegmentCombineParams);
 // combine kernel declares for its single parameter.
 unsafe impl DeviceRepr for CombineArgs {}
 
+/// Launches the combine pass of a split run: the `(B, H, K − 1, …)` hand-off slots of `params`
+/// (written by a segment-state pass of `segments` segments) become the states and θ entering
+/// segments 1 … K − 1. Shared by the split forward and the backward's split checkpoint sweep.
+pub(crate) fn launch_segment_combine(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    config: &ForwardConfig,
+    params: &ForwardParams,
+    segments: usize,
+) -> Result<()> {
+    let combine = CombineArgs(SegmentCombineParams {
+        seg_state: params.seg_state,
+        seg_theta: params.seg_theta,
+        seg_decay: params.seg_decay,
+        heads: config.heads as u32,
+        segments: segments as u32,
+        n: config.state_dim as u32,
+        p: config.head_dim as u32,
+        na: config.num_angles as u32,
+        rotation: config.rotation.code(),
+    });
+    let cfg = LaunchConfig {
+        grid_dim: (config.heads as u32, config.batch as u32, 1),
+        block_dim: (SEGMENT_COMBINE_THREADS, 1, 1),
+        shared_mem_bytes: segment_combine_smem_bytes(segments as u32, config.num_angles as u32),
+    };
+    let mut launch = gpu.launch(stream, Kernel::SegmentCombineF32)?;
+    launch.arg(&combine);
+    // SAFETY: one by-value `SegmentCombineParams`, the kernel's parameter list; its pointers are
+    // the caller's (B,H,K−1,…) hand-off regions inside a checked workspace.
+    unsafe { launch.run(cfg) }?;
+    Ok(())
+}
+
 /// A device address range `[start, end)` with the argument it belongs to.
 pub(crate) type Range = (u64, u64, &'static str);
 
@@ -1248,30 +1282,7 @@ pub(crate) fn forward_impl<T: Activation>(
             // SAFETY: as for the forward launch below; the segment-state pass takes the same
             // parameters and writes only hand-off slots 0..K−1 of the checked workspace.
             unsafe { launch.run(cfg) }?;
-            let combine = CombineArgs(SegmentCombineParams {
-                seg_state: params.seg_state,
-                seg_theta: params.seg_theta,
-                seg_decay: params.seg_decay,
-                heads: config.heads as u32,
-                segments: segments as u32,
-                n: config.state_dim as u32,
-                p: config.head_dim as u32,
-                na: config.num_angles as u32,
-                rotation: config.rotation.code(),
-            });
-            let combine_cfg = LaunchConfig {
-                grid_dim: (config.heads as u32, config.batch as u32, 1),
-                block_dim: (SEGMENT_COMBINE_THREADS, 1, 1),
-                shared_mem_bytes: segment_combine_smem_bytes(
-                    segments as u32,
-                    config.num_angles as u32,
-                ),
-            };
-            let mut launch = gpu.launch(stream, Kernel::SegmentCombineF32)?;
-            launch.arg(&combine);
-            // SAFETY: one by-value `SegmentCombineParams`, the kernel's parameter list; its
-            // pointers are the (B,H,K−1,…) hand-off regions inside the checked workspace.
-            unsafe { launch.run(combine_cfg) }?;
+            launch_segment_combine(gpu, stream, config, &params, segments)?;
         }
         let mut launch = gpu.launch(stream, kernel)?;
         launch.arg(&args);

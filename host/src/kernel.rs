@@ -520,6 +520,19 @@ impl Kernel {
             .map(|row| (row.ckpt, row.kernel))
     }
 
+    /// The segment-state pass that precedes the tensor-core backward's checkpoint sweep when the
+    /// sweep is split along the sequence, for an activation dtype and geometry, if instantiated
+    /// (`TENSOR_CORE_BACKWARD`).
+    pub fn backward_sweep_segment_state(
+        dtype: crate::Dtype,
+        geometry: FixedBackwardGeometry,
+    ) -> Option<Kernel> {
+        TENSOR_CORE_BACKWARD
+            .iter()
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+            .map(|row| row.sweep_segment_state)
+    }
+
     /// The tensor-core forward that writes the tensor-core backward's checkpoints for an
     /// activation dtype and geometry, if instantiated (`TENSOR_CORE_BACKWARD`; the forward's chunk
     /// of 16 tokens).
@@ -756,6 +769,9 @@ pub struct TensorCoreBackward {
     pub geometry: FixedBackwardGeometry,
     /// The checkpoint sweep launched before it.
     pub ckpt: Kernel,
+    /// The segment-state pass that runs before a split checkpoint sweep (the tensor-core
+    /// forward's, see `backward::checkpoint_sweep_segments`).
+    pub sweep_segment_state: Kernel,
     /// The per-head kernel.
     pub kernel: Kernel,
     /// The tensor-core forward writing the same checkpoints beside its outputs (a training
@@ -769,6 +785,7 @@ pub const TENSOR_CORE_BACKWARD: [TensorCoreBackward; 1] = [TensorCoreBackward {
     dtype: crate::Dtype::Bf16,
     geometry: BACKWARD_GEOMETRY_R4_N128_P64_NA32,
     ckpt: Kernel::BackwardCkptMmaBf16R4N128P64Na32C16,
+    sweep_segment_state: Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
     kernel: Kernel::BackwardMmaBf16R4N128P64Na32C16,
     forward: Kernel::ForwardCkptMmaBf16R4N128P64Na32C16,
 }];

@@ -1330,7 +1330,8 @@ pub(crate) fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
 }
 
 /// The state and θ entering the block's first chunk, shared by both tensor-core kernels: a later
-/// segment's from the segment-state slots (hand-off θ as an f32 pair), segment 0's from the
+/// segment's from the segment-state slots (hand-off θ as an f32 pair) when `from_slots` (every
+/// pass but the segment-state pass, whose segments all start from zero), segment 0's from the
 /// caller's initial state when there is one (returning its trapezoidal weights, see
 /// [`load_initial_state`]), else zero. Every thread calls it; the caller waits for the copies
 /// and syncs before the state is used.
@@ -1338,18 +1339,19 @@ pub(crate) fn state_index(w: u32, lane: u32, nt: usize, s: usize) -> usize {
 /// # Safety
 /// The launch contract of the calling kernel.
 #[inline(always)]
-pub(crate) unsafe fn entering_state<X: Elem, G: Regions, const STATES_ONLY: bool>(
+pub(crate) unsafe fn entering_state<X: Elem, G: Regions>(
     prm: &ForwardParams,
     bk: &Blk,
     (seg, segments): (usize, usize),
     init: bool,
+    from_slots: bool,
     state: &mut [[f32; 4]; 16],
 ) -> [[f32; R as usize]; 2] {
     let tid = bk.tid;
     let mut init_weights = [[0.0f32; R as usize]; 2];
     // SAFETY (whole body): slots and tiles inside the launch's workspaces and shared memory.
     unsafe {
-        if !STATES_ONLY && seg > 0 {
+        if from_slots && seg > 0 {
             let slot = (bk.b * bk.heads + bk.h) * (segments - 1) + seg - 1;
             *state = load_state_tile(bk, prm.seg_state, slot * (P * N) as usize);
             if tid < NA {
@@ -1832,11 +1834,14 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
         }
         commit_group();
         let mut pf = prefetch::<Bf16>(prm, &bk, t_begin, (t_end - t_begin).min(C));
-        let init_weights = entering_state::<Bf16, Bf16Regions, STATES_ONLY>(
+        // The checkpoint sweep (states only, with checkpoints) starts a later segment from the
+        // combined hand-off like the forward proper.
+        let init_weights = entering_state::<Bf16, Bf16Regions>(
             prm,
             &bk,
             (seg, segments),
             init,
+            !STATES_ONLY || CKPT,
             &mut state,
         );
         wait_group::<0>();
@@ -2328,13 +2333,16 @@ pub unsafe extern "ptx-kernel" fn segment_state_mma_bf16_r4_n128_p64_na32_c16(
 }
 
 /// Checkpoint sweep of the tensor-core backward (`backward_mma`), bf16, R = 4, N = 128, P = 64,
-/// Na = 32, C = 16: the segment-state pass over the whole sequence (one segment, zero initial
-/// state) writing, for every chunk, the state entering it and θ entering it (see
-/// [`store_checkpoint`]; `ckpt_state` and `ckpt_theta` are those two buffers, the hand-off
-/// fields unused). Grid `(H, B)`, otherwise the module's launch contract.
+/// Na = 32, C = 16: the state pass (no outputs, zero initial state) writing, for every chunk, the
+/// state entering it and θ entering it (see [`store_checkpoint`]; `ckpt_state` and `ckpt_theta`
+/// are those two buffers). Whole (`segments = 1`, grid `(H, B)`) or split like the forward
+/// (grid `(H, B·K)`): each segment then starts from the combined hand-off slots that
+/// [`segment_state_mma_bf16_r4_n128_p64_na32_c16`] and the combine pass wrote. Otherwise the
+/// module's launch contract.
 ///
 /// # Safety
-/// The module's launch contract, with `segments = 1` and the two checkpoint buffers above.
+/// The module's launch contract, with the two checkpoint buffers above and, split, the combined
+/// hand-off slots; `init_*` all 0.
 #[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn backward_ckpt_mma_bf16_r4_n128_p64_na32_c16(

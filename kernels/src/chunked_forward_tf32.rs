@@ -590,11 +590,12 @@ pub unsafe fn chunked_forward_tf32<const STATES_ONLY: bool>(prm: &ForwardParams)
         }
         commit_group();
         let mut pf = prefetch::<f32>(prm, &bk, t_begin, (t_end - t_begin).min(C));
-        let init_weights = entering_state::<f32, F32Regions, STATES_ONLY>(
+        let init_weights = entering_state::<f32, F32Regions>(
             prm,
             &bk,
             (seg, segments),
             init,
+            !STATES_ONLY,
             &mut state,
         );
         wait_group::<0>();
