@@ -255,17 +255,7 @@ fn tensor_core_backward_splits_the_sequence_when_rows_leave_sms_idle() {
         backward_split, dispatch_paths_on, BackwardSplit, SPLIT_MIN_CHUNKS, SPLIT_SLOTS,
     };
     const H200_SMS: usize = 132;
-    let model = |heads: usize, batch: usize, seq_len: usize| ForwardConfig {
-        batch,
-        heads,
-        seq_len,
-        groups: 1,
-        state_dim: 128,
-        head_dim: 64,
-        num_angles: 32,
-        chunk_size: 16,
-        ..config(OutputMode::Gated)
-    };
+    let model = |heads, batch, seq_len| benchmark_geometry(heads, batch, seq_len, 16);
     // n = ⌊132 / (B·H)⌋ blocks per row: K = n + 1 segments, the first K − 1 of m chunks with
     // m + max(last, m/2) least, the last one the rest.
     let cases = [
@@ -335,17 +325,7 @@ fn tensor_core_backward_splits_the_sequence_when_rows_leave_sms_idle() {
 fn tensor_core_checkpoint_sweep_splits_when_rows_leave_sms_idle() {
     use mamba3::backward::{checkpoint_sweep_segments, dispatch_paths_on, SPLIT_SLOTS};
     const H200_SMS: usize = 132;
-    let model = |heads: usize, batch: usize, seq_len: usize| ForwardConfig {
-        batch,
-        heads,
-        seq_len,
-        groups: 1,
-        state_dim: 128,
-        head_dim: 64,
-        num_angles: 32,
-        chunk_size: 64,
-        ..config(OutputMode::Gated)
-    };
+    let model = |heads, batch, seq_len| benchmark_geometry(heads, batch, seq_len, 64);
     // Two sweep blocks per SM: ⌊264 / (B·H)⌋ segments of whole chunks of 16 tokens, at least
     // three, at most one more than the split adjoint region's SPLIT_SLOTS / (B·H) slots per row.
     let cases = [
@@ -391,4 +371,25 @@ fn tensor_core_checkpoint_sweep_splits_when_rows_leave_sms_idle() {
         ..model(64, 1, 2048)
     };
     assert_eq!(checkpoint_sweep_segments(&f32_model, H200_SMS), 1);
+}
+
+/// The benchmark geometry (R = 4, N = 128, P = 64, Na = 32, G = 1, gated) at (H, B, S) and a
+/// call chunk size (the tensor-core backward runs chunks of 16 whatever it is).
+fn benchmark_geometry(
+    heads: usize,
+    batch: usize,
+    seq_len: usize,
+    chunk_size: usize,
+) -> ForwardConfig {
+    ForwardConfig {
+        batch,
+        heads,
+        seq_len,
+        groups: 1,
+        state_dim: 128,
+        head_dim: 64,
+        num_angles: 32,
+        chunk_size,
+        ..config(OutputMode::Gated)
+    }
 }

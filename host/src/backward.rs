@@ -1094,6 +1094,13 @@ fn backward_impl<T: Activation>(
             ckpt_theta: params.cs,
             ..ForwardParams::default()
         });
+        // The sweep and its segment-state pass: the tensor-core forward's launch shape, one
+        // block per (h, b, segment).
+        let sweep_cfg = |segments: usize| LaunchConfig {
+            grid_dim: (grid_dim.0, grid_dim.1 * segments as u32, 1),
+            block_dim: (FORWARD_MMA_THREADS, 1, 1),
+            shared_mem_bytes: forward_mma_smem::BYTES,
+        };
         let segments = checkpoint_sweep_segments(config, gpu.sm_count());
         let slots = (segments - 1) * config.batch * config.heads;
         let theta_words = 2 * config.num_angles;
@@ -1117,11 +1124,7 @@ fn backward_impl<T: Activation>(
                     });
                     let mut launch = gpu.launch(stream, segment_state)?;
                     launch.arg(&sweep);
-                    let cfg = LaunchConfig {
-                        grid_dim: (grid_dim.0, grid_dim.1 * segments as u32, 1),
-                        block_dim: (FORWARD_MMA_THREADS, 1, 1),
-                        shared_mem_bytes: forward_mma_smem::BYTES,
-                    };
+                    let cfg = sweep_cfg(segments);
                     // SAFETY: as for the sweep below; the segment-state pass writes only the
                     // hand-off slots 0..K−1 per row, inside the workspace regions named above.
                     unsafe { launch.run(cfg) }?;
@@ -1140,11 +1143,7 @@ fn backward_impl<T: Activation>(
             };
         let mut launch = gpu.launch(stream, ckpt)?;
         launch.arg(&sweep);
-        let cfg = LaunchConfig {
-            grid_dim: (grid_dim.0, grid_dim.1 * segments as u32, 1),
-            block_dim: (FORWARD_MMA_THREADS, 1, 1),
-            shared_mem_bytes: forward_mma_smem::BYTES,
-        };
+        let cfg = sweep_cfg(segments);
         // SAFETY: one by-value `ForwardParams` is the sweep's parameter list; its pointers are the
         // validated inputs, the checkpoint regions of the validated workspace (16-byte aligned,
         // checked above) and, split, the combined hand-off slots, which the backward kernel then

@@ -507,6 +507,17 @@ impl Kernel {
             .map(|row| row.kernel)
     }
 
+    /// The row of `TENSOR_CORE_BACKWARD` (this module) for an activation dtype and geometry, if
+    /// instantiated.
+    fn tensor_core_backward_row(
+        dtype: crate::Dtype,
+        geometry: FixedBackwardGeometry,
+    ) -> Option<&'static TensorCoreBackward> {
+        TENSOR_CORE_BACKWARD
+            .iter()
+            .find(|row| row.dtype == dtype && row.geometry == geometry)
+    }
+
     /// The tensor-core backward's (checkpoint sweep, per-head kernel) for an activation dtype and
     /// geometry, if instantiated (the table `TENSOR_CORE_BACKWARD` in this module; chunks of 16
     /// tokens whatever the call's chunk size).
@@ -514,10 +525,7 @@ impl Kernel {
         dtype: crate::Dtype,
         geometry: FixedBackwardGeometry,
     ) -> Option<(Kernel, Kernel)> {
-        TENSOR_CORE_BACKWARD
-            .iter()
-            .find(|row| row.dtype == dtype && row.geometry == geometry)
-            .map(|row| (row.ckpt, row.kernel))
+        Self::tensor_core_backward_row(dtype, geometry).map(|row| (row.ckpt, row.kernel))
     }
 
     /// The segment-state pass that precedes the tensor-core backward's checkpoint sweep when the
@@ -527,10 +535,7 @@ impl Kernel {
         dtype: crate::Dtype,
         geometry: FixedBackwardGeometry,
     ) -> Option<Kernel> {
-        TENSOR_CORE_BACKWARD
-            .iter()
-            .find(|row| row.dtype == dtype && row.geometry == geometry)
-            .map(|row| row.sweep_segment_state)
+        Self::tensor_core_backward_row(dtype, geometry).map(|row| row.sweep_segment_state)
     }
 
     /// The tensor-core forward that writes the tensor-core backward's checkpoints for an
@@ -540,10 +545,7 @@ impl Kernel {
         dtype: crate::Dtype,
         geometry: FixedBackwardGeometry,
     ) -> Option<Kernel> {
-        TENSOR_CORE_BACKWARD
-            .iter()
-            .find(|row| row.dtype == dtype && row.geometry == geometry)
-            .map(|row| row.forward)
+        Self::tensor_core_backward_row(dtype, geometry).map(|row| row.forward)
     }
 
     /// The split forward's segment-state kernel for an activation dtype and rank, if
