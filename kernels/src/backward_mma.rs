@@ -1142,53 +1142,53 @@ unsafe fn unrotate(
         // lane condition leaves the warp diverged, and each shuffle after it would take the
         // reconverging slow path.
         let mut dths = [[0.0f32; 8]; 2];
-        for hr in 0..2u32 {
-            let row = bk.acc_row(hr);
-            let tt = bk.row_tok(hr);
-            let s0 = 2 * hr as usize;
-            let dth = &mut dths[hr as usize];
-            if bk.half_split {
-                // Columns [0, 32) and [64, 96) (column half 0) hold every rotated pair
-                // (j, j + 64); half 1 holds none: its warps do the same arithmetic on a valid
-                // angle index and keep their values, so the shuffles below need no branch.
-                let rotated = ch == 0;
-                for t in 0..4u32 {
-                    for e in 0..2u32 {
-                        let j = bk.wide_col(t, e);
-                        let [c, s] = ld_shared_v2_f32(bk.base + L::CS + 8 * (32 * tt + j % 32));
-                        let (ha, _) = unpack_at(hat, row, j);
-                        let (hb, _) = unpack_at(hat, row, j + 64);
-                        let (du, dw) = (
-                            o[t as usize][s0 + e as usize],
-                            o[t as usize + 4][s0 + e as usize],
-                        );
-                        dth[(2 * t + e) as usize] = fma_rn(dw, ha, -(du * hb));
-                        if rotated {
+        // Half-split: column half 1 holds no rotated pair and owns no ∂θ entry, so its warps skip
+        // the rotation, ∂θ and their shuffles (a warp-uniform branch).
+        let rotates = !bk.half_split || ch == 0;
+        if rotates {
+            for hr in 0..2u32 {
+                let row = bk.acc_row(hr);
+                let tt = bk.row_tok(hr);
+                let s0 = 2 * hr as usize;
+                let dth = &mut dths[hr as usize];
+                if bk.half_split {
+                    // Columns [0, 32) and [64, 96) (column half 0) hold every rotated pair
+                    // (j, j + 64).
+                    for t in 0..4u32 {
+                        for e in 0..2u32 {
+                            let j = bk.wide_col(t, e);
+                            let [c, s] = ld_shared_v2_f32(bk.base + L::CS + 8 * (32 * tt + j % 32));
+                            let (ha, _) = unpack_at(hat, row, j);
+                            let (hb, _) = unpack_at(hat, row, j + 64);
+                            let (du, dw) = (
+                                o[t as usize][s0 + e as usize],
+                                o[t as usize + 4][s0 + e as usize],
+                            );
+                            dth[(2 * t + e) as usize] = fma_rn(dw, ha, -(du * hb));
                             o[t as usize][s0 + e as usize] = fma_rn(du, c, dw * s);
                             o[t as usize + 4][s0 + e as usize] = fma_rn(dw, c, -(du * s));
                         }
                     }
+                } else {
+                    // Pairs (2j, 2j + 1), j < 32: the warp's first four tiles (columns below 64).
+                    for t in 0..4u32 {
+                        let a_col = bk.wide_col(t, 0);
+                        let j = a_col / 2;
+                        let [c, s] = ld_shared_v2_f32(bk.base + L::CS + 8 * (32 * tt + j));
+                        let (ha, hb) = unpack_at(hat, row, a_col);
+                        let (du, dw) = (o[t as usize][s0], o[t as usize][s0 + 1]);
+                        dth[t as usize] = fma_rn(dw, ha, -(du * hb));
+                        o[t as usize][s0] = fma_rn(du, c, dw * s);
+                        o[t as usize][s0 + 1] = fma_rn(dw, c, -(du * s));
+                    }
                 }
-            } else {
-                // Pairs (2j, 2j + 1), j < 32: the warp's first four tiles (columns below 64).
-                for t in 0..4u32 {
-                    let a_col = bk.wide_col(t, 0);
-                    let j = a_col / 2;
-                    let [c, s] = ld_shared_v2_f32(bk.base + L::CS + 8 * (32 * tt + j));
-                    let (ha, hb) = unpack_at(hat, row, a_col);
-                    let (du, dw) = (o[t as usize][s0], o[t as usize][s0 + 1]);
-                    dth[t as usize] = fma_rn(dw, ha, -(du * hb));
-                    o[t as usize][s0] = fma_rn(du, c, dw * s);
-                    o[t as usize][s0 + 1] = fma_rn(dw, c, -(du * s));
-                }
-            }
-            // ∂θ of the pair summed over the token's four ranks (g bits 0–1); lanes with g ≡ 0
-            // (mod 4) own the (time, angle) entries.
-            // ∂θ of the pair summed over the token's four ranks (g bits 0–1).
-            for (k, d) in dth.iter_mut().enumerate() {
-                if bk.half_split || k < 4 {
-                    *d += shfl_xor_f32(*d, 4);
-                    *d += shfl_xor_f32(*d, 8);
+                // ∂θ of the pair summed over the token's four ranks (g bits 0–1); lanes with g ≡ 0
+                // (mod 4) own the (time, angle) entries.
+                for (k, d) in dth.iter_mut().enumerate() {
+                    if bk.half_split || k < 4 {
+                        *d += shfl_xor_f32(*d, 4);
+                        *d += shfl_xor_f32(*d, 8);
+                    }
                 }
             }
         }
@@ -1509,10 +1509,13 @@ unsafe fn load_state(bk: &Bk) -> [[f32; 4]; 8] {
 #[inline(always)]
 unsafe fn boundary_sums(bk: &Bk, adj: &[[f32; 4]; 8], hs: &[[f32; 4]; 8], store: bool) {
     let lane = bk.lane;
+    // Half-split: column half 1 holds no rotated pair, its warps have no sums to form (a
+    // warp-uniform return, as is `store`).
+    if !store || (bk.half_split && bk.ch != 0) {
+        return;
+    }
     // SAFETY: the BDT region of the layout.
     unsafe {
-        // The boundary sums, formed by every warp (column half 1 holds no half-split pair: its
-        // sums are not stored) so that the shuffles need no branch.
         let mut bd = [0.0f32; 8];
         if bk.half_split {
             for t in 0..4usize {
@@ -1546,7 +1549,7 @@ unsafe fn boundary_sums(bk: &Bk, adj: &[[f32; 4]; 8], hs: &[[f32; 4]; 8], store:
                 *v += shfl_xor_f32(*v, 16);
             }
         }
-        if store && lane < 4 && (!bk.half_split || bk.ch == 0) {
+        if lane < 4 {
             for (k, v) in bd.iter().enumerate() {
                 if bk.half_split || k < 4 {
                     let j = if bk.half_split {
