@@ -438,7 +438,8 @@ fn tensor_core_case(b: usize, s: usize, g: usize, h: usize, opts: RandomOptions)
 
 /// Small calls on the tensor-core backward: S = 1, a tail chunk, one short chunk, both rotations,
 /// every mode, ±z, ±D, GQA, B = 2 (the fused norm without z, whose ∂D is a small difference of
-/// large terms, among them).
+/// large terms, among them); the B = 2, S = 130 call splits its checkpoint sweep in 3 segments
+/// and the S = 300 one in 5 (and the backward itself in 3 and 5).
 #[test]
 fn tensor_core_backward_matches_golden_on_small_geometries() {
     use OutputMode::*;
@@ -449,6 +450,7 @@ fn tensor_core_backward_matches_golden_on_small_geometries() {
         tensor_core_case(2, 130, 1, 2, opts(Pairwise, FusedNorm, false, true)),
         tensor_core_case(1, 45, 1, 3, opts(HalfSplit, Prereduce, true, true)),
         tensor_core_case(2, 9, 2, 2, opts(Pairwise, Prereduce, false, false)),
+        tensor_core_case(1, 300, 1, 2, opts(HalfSplit, Gated, true, true)),
     ];
     run_grid(&cases, "tensor-core small", 8500, BackwardPath::TensorCore);
 }
