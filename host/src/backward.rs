@@ -1133,13 +1133,7 @@ fn backward_impl<T: Activation>(
                     )?;
                     (sweep, segments)
                 }
-                _ => (
-                    ForwardArgs(ForwardParams {
-                        segments: 1,
-                        ..sweep.0
-                    }),
-                    1,
-                ),
+                _ => (sweep, 1),
             };
         let mut launch = gpu.launch(stream, ckpt)?;
         launch.arg(&sweep);
