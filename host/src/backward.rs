@@ -417,7 +417,11 @@ pub fn checkpoint_sweep_segments(config: &ForwardConfig, sm_count: usize) -> usi
     }
     let per = chunks.div_ceil(wanted);
     let segments = chunks.div_ceil(per);
-    if segments < 3 {
+    // θ and decay hand-off words go at the start of the per-head ∂k̃ region (see `backward_impl`).
+    let slots = ((segments - 1) * rows) as u64;
+    let handoff_fits = workspace_parts(config, BackwardPath::TensorCore)
+        .is_some_and(|ws| slots * (2 * config.num_angles as u64 + 1) <= ws.dqkh);
+    if segments < 3 || !handoff_fits {
         1
     } else {
         segments
@@ -1105,12 +1109,12 @@ fn backward_impl<T: Activation>(
         let slots = (segments - 1) * config.batch * config.heads;
         let theta_words = 2 * config.num_angles;
         // The hand-off: states in the split adjoint region (room for `split_capacity` slots per
-        // row, 16-byte aligned), θ and decays at the start of the per-head ∂k̃ region; the
-        // backward kernel writes both only after the sweep, in stream order.
-        let handoff_fits = (slots * (theta_words + 1)) as u64 <= parts.dqkh;
+        // row, 16-byte aligned), θ and decays at the start of the per-head ∂k̃ region (both
+        // sized by `checkpoint_sweep_segments`); the backward kernel writes them only after the
+        // sweep, in stream order.
         let (sweep, segments) =
             match Kernel::backward_sweep_segment_state(config.dtype, fixed_geometry(config)) {
-                Some(segment_state) if segments > 1 && handoff_fits => {
+                Some(segment_state) if segments > 1 => {
                     let sweep = ForwardArgs(ForwardParams {
                         segments: segments as u32,
                         seg_chunks: config
