@@ -225,3 +225,65 @@ fn sincos_is_accurate_to_f32_up_to_1e5() {
         worst.1
     );
 }
+
+#[test]
+fn wgmma_bf16_reads_every_swizzled_operand_layout() {
+    let gpu = gpu_or_skip!();
+    if !mamba3::has_wgmma(gpu.compute_capability()) {
+        let layout = primitives::WgmmaLayout {
+            a_m_major: false,
+            b_n_major: false,
+            exchange_offsets: false,
+        };
+        let refused = primitives::wgmma_bf16_m64n128k128(
+            &gpu,
+            &[bf16::ZERO; 64 * 128],
+            &[bf16::ZERO; 128 * 128],
+            layout,
+        );
+        assert!(
+            matches!(refused, Err(mamba3::Error::Architecture { .. })),
+            "a wgmma launch off compute capability 9.0 must be refused, got {refused:?}"
+        );
+        eprintln!(
+            "SKIPPED: wgmma needs compute capability 9.0 (the launch was refused as it must be)"
+        );
+        return;
+    }
+    let mut rng = Rng::new(7);
+    let a: Vec<bf16> = (0..64 * 128)
+        .map(|_| bf16::from_f64(rng.normal()))
+        .collect();
+    let b: Vec<bf16> = (0..128 * 128)
+        .map(|_| bf16::from_f64(rng.normal()))
+        .collect();
+    let af: Vec<f64> = a.iter().map(|x| x.to_f64()).collect();
+    let bf: Vec<f64> = b.iter().map(|x| x.to_f64()).collect();
+    let (want, mag) = matmul_ref(&af, &bf, &[0.0; 64 * 128], 64, 128, 128);
+    let mut failures = Vec::new();
+    for (a_m_major, b_n_major) in [(false, false), (false, true), (true, false), (true, true)] {
+        let run = |exchange_offsets| {
+            let layout = primitives::WgmmaLayout {
+                a_m_major,
+                b_n_major,
+                exchange_offsets,
+            };
+            let d = primitives::wgmma_bf16_m64n128k128(&gpu, &a, &b, layout).unwrap();
+            worst(&d, &want, &mag)
+        };
+        let err = run(false);
+        eprintln!("wgmma m64n128k16 ×8, A M-major {a_m_major}, B N-major {b_n_major}: worst error / Σ|ab| = {err:.2e}");
+        // bf16 products are exact in f32; eight instructions of f32 accumulation round.
+        if err.is_nan() || err >= 4e-6 {
+            let exchanged = run(true);
+            failures.push(format!(
+                "A M-major {a_m_major}, B N-major {b_n_major}: {err:e} (with the M-/N-major offsets exchanged: {exchanged:e})"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "wgmma results off:\n{}",
+        failures.join("\n")
+    );
+}

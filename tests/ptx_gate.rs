@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const ARCHS: [&str; 4] = ["sm_80", "sm_86", "sm_89", "sm_90"];
+const ARCHS: [&str; 5] = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"];
 
 /// `MAMBA3_PTXAS`, then `ptxas` on PATH, then the PyPI package in Python's site-packages.
 fn find_ptxas() -> Option<PathBuf> {
@@ -87,10 +87,17 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
     std::fs::create_dir_all(&dir).unwrap();
     let ptx_file = dir.join("mamba3_kernels.ptx");
     std::fs::write(&ptx_file, mamba3::PTX).unwrap();
-    // Compute capability 9.0 and newer load the rewrite with `griddepcontrol` (PTX 8.0, sm_90).
+    // Compute capability 9.0 and newer load the rewrite with `griddepcontrol` (PTX 8.0): `sm_90`
+    // above 9.0, `sm_90a` with `wgmma` on 9.0 itself.
     let hopper_file = dir.join("mamba3_kernels_sm90.ptx");
     std::fs::write(
         &hopper_file,
+        mamba3::ptx_for_compute_capability((10, 0)).as_ref(),
+    )
+    .unwrap();
+    let hopper_wgmma_file = dir.join("mamba3_kernels_sm90a.ptx");
+    std::fs::write(
+        &hopper_wgmma_file,
         mamba3::ptx_for_compute_capability((9, 0)).as_ref(),
     )
     .unwrap();
@@ -113,10 +120,10 @@ fn ptx_assembles_for_every_shipped_arch_without_spills() {
                 "-o",
             ])
             .arg(dir.join(format!("{arch}.cubin")))
-            .arg(if arch == "sm_90" {
-                &hopper_file
-            } else {
-                &ptx_file
+            .arg(match arch {
+                "sm_90" => &hopper_file,
+                "sm_90a" => &hopper_wgmma_file,
+                _ => &ptx_file,
             })
             .output()
             .expect("running ptxas");
@@ -236,11 +243,30 @@ fn dependent_launch_prologue_precedes_every_memory_access() {
         "no kernel carries the dependent-launch prologue"
     );
 
-    assert!(hopper.contains(".version 8.0\n") && hopper.contains(".target sm_90\n"));
+    assert!(hopper.contains(".version 8.0\n") && hopper.contains(".target sm_90a\n"));
+    let newer = mamba3::ptx_for_compute_capability((10, 0));
+    assert!(newer.contains(".version 8.0\n") && newer.contains(".target sm_90\n"));
+    // `wgmma` exists on 9.0 only: its lines are instructions there and comments elsewhere.
+    let wgmma_lines = mamba3::PTX
+        .matches(mamba3_abi::SM90A_INSTRUCTION_MARKER)
+        .count();
+    assert!(
+        wgmma_lines > 0,
+        "no kernel carries an sm_90a instruction marker"
+    );
+    assert_eq!(
+        newer.matches(mamba3_abi::SM90A_INSTRUCTION_MARKER).count(),
+        wgmma_lines
+    );
+    assert_eq!(
+        hopper.matches("wgmma.mma_async.sync.aligned").count(),
+        mamba3::PTX.matches("wgmma.mma_async.sync.aligned").count()
+    );
     let markers = [
         mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER,
         mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER,
         mamba3_abi::SM90_INSTRUCTION_MARKER,
+        mamba3_abi::SM90A_INSTRUCTION_MARKER,
     ];
     for marker in markers {
         assert!(

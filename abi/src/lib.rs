@@ -46,6 +46,16 @@ pub const GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER: &str =
 /// rewrite for compute capability 9.0 and newer turns back into the instruction.
 pub const SM90_INSTRUCTION_MARKER: &str = "// mamba3-sm90: ";
 
+/// The prefix of a comment a kernel's inline assembly emits in place of an instruction that needs
+/// the architecture-specific target `sm_90a` (`wgmma`, and the `fence.proxy.async` its operands
+/// need): as [`SM90_INSTRUCTION_MARKER`], but the host turns it back into the instruction only in
+/// the module for compute capability 9.0 exactly (`.target sm_90a`), where those instructions run.
+pub const SM90A_INSTRUCTION_MARKER: &str = "// mamba3-sm90a: ";
+
+/// Dynamic shared memory of the `wgmma` self-test kernel `prim_wgmma_bf16_m64n128k128`: its A
+/// (16 KB) and B (32 KB) tiles plus the slack that aligns them to the 1024-byte swizzle group.
+pub const WGMMA_TEST_SMEM: u32 = 48 * 1024 + 1024;
+
 /// Warps per block of the decode kernel.
 pub const DECODE_WARPS: u32 = 4;
 

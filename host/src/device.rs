@@ -189,6 +189,15 @@ impl Gpu {
         stream: &'a CudaStream,
         kernel: Kernel,
     ) -> Result<Launch<'a>> {
+        if kernel.needs_wgmma() && !crate::has_wgmma(self.compute_capability) {
+            let (major, minor) = self.compute_capability;
+            return Err(Error::Architecture {
+                kernel: kernel.symbol(),
+                needs: "compute capability 9.0 (wgmma, sm_90a)",
+                major,
+                minor,
+            });
+        }
         let function = self.function(kernel)?;
         Ok(Launch {
             gpu: self,

@@ -49,6 +49,18 @@ pub enum Error {
         /// The rule it breaks.
         rule: String,
     },
+    /// A kernel uses instructions this device does not have.
+    #[error("kernel `{kernel}` needs {needs}; this device has compute capability {major}.{minor}")]
+    Architecture {
+        /// Kernel symbol.
+        kernel: &'static str,
+        /// What it needs, in words.
+        needs: &'static str,
+        /// The device's major version.
+        major: i32,
+        /// The device's minor version.
+        minor: i32,
+    },
     /// A launch would need more shared memory per block than the device allows.
     #[error(
         "kernel `{kernel}` needs {needed} bytes of shared memory per block; \

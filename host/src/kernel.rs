@@ -17,6 +17,9 @@ pub enum Kernel {
     PrimWarpScan,
     /// Range-reduced `sincos` (self-test).
     PrimSincos,
+    /// Eight `wgmma.m64n128k16` bf16→f32 from swizzled shared tiles (self-test; compute
+    /// capability 9.0 only).
+    PrimWgmmaBf16M64n128k128,
     /// Decode, f32 activations, rank 1.
     DecodeF32R1,
     /// Decode, f32 activations, rank 2.
@@ -182,13 +185,14 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 77] = [
+    pub const ALL: [Kernel; 78] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
         Kernel::PrimCpAsync,
         Kernel::PrimWarpScan,
         Kernel::PrimSincos,
+        Kernel::PrimWgmmaBf16M64n128k128,
         Kernel::DecodeF32R1,
         Kernel::DecodeF32R2,
         Kernel::DecodeF32R4,
@@ -270,6 +274,13 @@ impl Kernel {
         self.symbol().starts_with("decode_") || self == Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16
     }
 
+    /// Whether the kernel issues `wgmma` (the `sm_90a` instructions of `kernels/src/arch/wgmma.rs`),
+    /// so that it runs only on compute capability 9.0 ([`crate::has_wgmma`]); elsewhere those lines
+    /// are comments and [`crate::Gpu`] refuses the launch.
+    pub fn needs_wgmma(self) -> bool {
+        matches!(self, Kernel::PrimWgmmaBf16M64n128k128)
+    }
+
     /// Its symbol in the PTX (`.entry` name).
     pub const fn symbol(self) -> &'static str {
         match self {
@@ -279,6 +290,7 @@ impl Kernel {
             Kernel::PrimCpAsync => "prim_cp_async",
             Kernel::PrimWarpScan => "prim_warp_scan",
             Kernel::PrimSincos => "prim_sincos",
+            Kernel::PrimWgmmaBf16M64n128k128 => "prim_wgmma_bf16_m64n128k128",
             Kernel::DecodeF32R1 => "decode_f32_r1",
             Kernel::DecodeF32R2 => "decode_f32_r2",
             Kernel::DecodeF32R4 => "decode_f32_r4",

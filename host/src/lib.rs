@@ -47,12 +47,15 @@ pub static PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mamba3_kernels.pt
 /// turned into the instructions, so that those kernels can be launched with programmatic
 /// dependent launch (see [`Gpu::set_programmatic_launch`]), and every line that starts with
 /// [`mamba3_abi::SM90_INSTRUCTION_MARKER`] turned into the instruction it carries (the one-token
-/// decode's L2 prefetch of its state before the wait). Nothing else in the text changes, and the
-/// minor version does not matter today. Takes what [`Gpu::compute_capability`] returns.
-pub fn ptx_for_compute_capability((major, _minor): (i32, i32)) -> std::borrow::Cow<'static, str> {
+/// decode's L2 prefetch of its state before the wait). On 9.0 exactly the target is `sm_90a` and
+/// the lines behind [`mamba3_abi::SM90A_INSTRUCTION_MARKER`] (`wgmma`) become instructions too
+/// ([`has_wgmma`]); newer devices keep them as comments. Nothing else in the text changes. Takes
+/// what [`Gpu::compute_capability`] returns.
+pub fn ptx_for_compute_capability((major, minor): (i32, i32)) -> std::borrow::Cow<'static, str> {
     if major < 9 {
         return std::borrow::Cow::Borrowed(PTX);
     }
+    let wgmma = has_wgmma((major, minor));
     let mut out = String::with_capacity(PTX.len() + 4096);
     for line in PTX.lines() {
         let trimmed = line.trim();
@@ -61,15 +64,27 @@ pub fn ptx_for_compute_capability((major, _minor): (i32, i32)) -> std::borrow::C
             let older = (major.parse().unwrap_or(0u32), minor.parse().unwrap_or(0u32)) < (8, 0);
             older.then(|| ".version 8.0".to_string())
         } else if trimmed.starts_with(".target sm_") {
-            Some(".target sm_90".to_string())
+            Some(
+                if wgmma {
+                    ".target sm_90a"
+                } else {
+                    ".target sm_90"
+                }
+                .to_string(),
+            )
         } else if trimmed == mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER {
             Some("\tgriddepcontrol.wait;".to_string())
         } else if trimmed == mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER {
             Some("\tgriddepcontrol.launch_dependents;".to_string())
-        } else {
+        } else if let Some(instruction) = trimmed.strip_prefix(mamba3_abi::SM90_INSTRUCTION_MARKER)
+        {
+            Some(format!("\t{instruction}"))
+        } else if wgmma {
             trimmed
-                .strip_prefix(mamba3_abi::SM90_INSTRUCTION_MARKER)
+                .strip_prefix(mamba3_abi::SM90A_INSTRUCTION_MARKER)
                 .map(|instruction| format!("\t{instruction}"))
+        } else {
+            None
         };
         match replaced {
             Some(text) => out.push_str(&text),
@@ -78,6 +93,12 @@ pub fn ptx_for_compute_capability((major, _minor): (i32, i32)) -> std::borrow::C
         out.push('\n');
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Whether the module for compute capability `(major, minor)` carries the `sm_90a` instructions
+/// (`wgmma`): 9.0 only, the one architecture they exist on.
+pub fn has_wgmma(compute_capability: (i32, i32)) -> bool {
+    compute_capability == (9, 0)
 }
 
 /// Re-export of the driver bindings the API exposes (streams, slices, contexts).

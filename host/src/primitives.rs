@@ -206,3 +206,46 @@ pub fn sincos(gpu: &Gpu, x: &[f32]) -> Result<(Vec<f32>, Vec<f32>)> {
     launch_sincos(gpu, &gpu.default_stream(), &dx, &mut ds, &mut dc)?;
     Ok((download(gpu, &ds)?, download(gpu, &dc)?))
 }
+
+/// How [`wgmma_bf16_m64n128k128`] stores its operands in shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgmmaLayout {
+    /// A stored M-major (its columns as swizzled rows), else K-major.
+    pub a_m_major: bool,
+    /// B stored N-major (its rows as swizzled rows), else K-major.
+    pub b_n_major: bool,
+    /// The M-/N-major descriptors with their leading and stride byte offsets exchanged: a
+    /// diagnostic that tells which convention the hardware follows when the plain one fails.
+    pub exchange_offsets: bool,
+}
+
+/// `a·b` through eight `wgmma.m64n128k16` bf16 instructions (one warpgroup, operands in the
+/// 128-byte swizzled shared tiles of `kernels/src/arch/wgmma.rs`): `a` 64×128 `(m, k)` row-major,
+/// `b` 128×128 `(k, n)` row-major; returns the 64×128 f32 product row-major. Compute capability
+/// 9.0 only ([`Error::Architecture`] elsewhere).
+pub fn wgmma_bf16_m64n128k128(
+    gpu: &Gpu,
+    a: &[bf16],
+    b: &[bf16],
+    layout: WgmmaLayout,
+) -> Result<Vec<f32>> {
+    check_len("a", a.len(), 64 * 128)?;
+    check_len("b", b.len(), 128 * 128)?;
+    let bits = |x: &[bf16]| x.iter().map(|v| v.to_bits()).collect::<Vec<u16>>();
+    let (da, db) = (upload(gpu, &bits(a))?, upload(gpu, &bits(b))?);
+    let mut dd = zeros::<f32>(gpu, 64 * 128)?;
+    let flags = layout.a_m_major as u32
+        | (layout.b_n_major as u32) << 1
+        | (layout.exchange_offsets as u32) << 2;
+    let stream = gpu.default_stream();
+    let mut launch = gpu.launch(&stream, Kernel::PrimWgmmaBf16M64n128k128)?;
+    launch.arg(&da).arg(&db).arg(&mut dd).arg(&flags);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: mamba3_abi::WGMMA_TEST_SMEM,
+    };
+    // SAFETY: argument order and sizes match the kernel's contract (`WGMMA_TEST_SMEM` bytes).
+    unsafe { launch.run(cfg)? };
+    download(gpu, &dd)
+}

@@ -6,7 +6,7 @@
 //! Pointers are device pointers to buffers of at least the sizes stated per kernel; outputs do not
 //! alias inputs. Launch shapes are stated per kernel.
 
-use crate::arch::{cp_async, float, ldmatrix, mma, sreg};
+use crate::arch::{cp_async, float, ldmatrix, mma, sreg, wgmma};
 use crate::{frag, math, warp_scan};
 
 /// Packs two bf16 bit patterns into one register, `lo` in the low half (the lower element index).
@@ -198,6 +198,113 @@ pub unsafe extern "ptx-kernel" fn prim_sincos(x: *const f32, s: *mut f32, c: *mu
             let (sin, cos) = math::sincos(*x.add(i as usize));
             *s.add(i as usize) = sin;
             *c.add(i as usize) = cos;
+        }
+    }
+}
+
+/// Stores the logical `rows × cols` bf16 matrix `src` (row-major, `(r, c)` at `r·cols + c`) into a
+/// swizzled tile at `tile`: K-major (`transpose` false) keeps its rows as tile rows; M-/N-major
+/// (`transpose` true) stores its columns as tile rows. Every thread of the block takes a share of
+/// the packed pairs.
+unsafe fn store_swizzled(tile: u32, src: *const u16, rows: u32, cols: u32, transpose: bool) {
+    let (tile_rows, tile_cols) = if transpose {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    let at = |row: u32, col: u32| {
+        let (r, c) = if transpose { (col, row) } else { (row, col) };
+        // SAFETY: `r < rows`, `c < cols` (the caller's sizes).
+        unsafe { *src.add((r * cols + c) as usize) }
+    };
+    let mut pair = sreg::thread_x();
+    while pair < tile_rows * tile_cols / 2 {
+        let (row, col) = (pair / (tile_cols / 2), 2 * (pair % (tile_cols / 2)));
+        // SAFETY: inside the tile the caller reserved.
+        unsafe {
+            sreg::st_shared_u32(
+                tile + wgmma::sw128_offset(tile_rows, row, col),
+                pack(at(row, col), at(row, col + 1)),
+            )
+        };
+        pair += sreg::block_dim_x();
+    }
+}
+
+/// The eight k-steps of [`prim_wgmma_bf16_m64n128k128`] for one operand layout.
+unsafe fn wgmma_k128<const TRANS_A: bool, const TRANS_B: bool>(
+    acc: &mut [[f32; 4]; 16],
+    (a_tile, b_tile): (u32, u32),
+    exchange: bool,
+) {
+    let mn_major = |tile: u32, k0: u32| {
+        let d = wgmma::mn_major_desc(tile, 128, k0);
+        if exchange {
+            let (leading, stride) = ((d >> 16) & 0x3fff, (d >> 32) & 0x3fff);
+            (d & !(0x3fff << 16) & !(0x3fff << 32)) | (stride << 16) | (leading << 32)
+        } else {
+            d
+        }
+    };
+    for step in 0..8 {
+        let k0 = 16 * step;
+        let a = if TRANS_A {
+            mn_major(a_tile, k0)
+        } else {
+            wgmma::k_major_desc(a_tile, 64, k0)
+        };
+        let b = if TRANS_B {
+            mn_major(b_tile, k0)
+        } else {
+            wgmma::k_major_desc(b_tile, 128, k0)
+        };
+        // SAFETY: the kernel's contract (one warpgroup, tiles stored and fenced).
+        unsafe { wgmma::mma_m64n128k16_bf16::<TRANS_A, TRANS_B>(acc, a, b, step > 0) };
+    }
+}
+
+/// `d = a·b` over K = 128 through eight `wgmma.m64n128k16` bf16 instructions from swizzled shared
+/// tiles (compute capability 9.0 only).
+///
+/// One warpgroup (grid 1, block 128), dynamic shared memory [`mamba3_abi::WGMMA_TEST_SMEM`]. `a`: 64×128 bf16
+/// bits `(m, k)` row-major; `b`: 128×128 bf16 bits `(k, n)` row-major; `d`: 64×128 f32 row-major.
+/// `layout` bit 0: A stored M-major (else K-major); bit 1: B stored N-major (else K-major); bit 2:
+/// the M-/N-major descriptors with their leading and stride offsets exchanged (a diagnostic for
+/// the layout convention).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_wgmma_bf16_m64n128k128(
+    a: *const u16,
+    b: *const u16,
+    d: *mut f32,
+    layout: u32,
+) {
+    let tid = sreg::thread_x();
+    let base = (sreg::smem_base() + wgmma::GROUP_BYTES - 1) & !(wgmma::GROUP_BYTES - 1);
+    let tiles = (base, base + 16 * 1024);
+    let (trans_a, trans_b, exchange) = (layout & 1 != 0, layout & 2 != 0, layout & 4 != 0);
+    let mut acc = [[0.0f32; 4]; 16];
+    // SAFETY (whole body): sizes per the kernel contract; the tiles fit the reserved memory.
+    unsafe {
+        store_swizzled(tiles.0, a, 64, 128, trans_a);
+        store_swizzled(tiles.1, b, 128, 128, !trans_b);
+        wgmma::fence_proxy_async_shared();
+        sreg::sync_threads();
+        wgmma::fence();
+        match (trans_a, trans_b) {
+            (false, false) => wgmma_k128::<false, false>(&mut acc, tiles, exchange),
+            (false, true) => wgmma_k128::<false, true>(&mut acc, tiles, exchange),
+            (true, false) => wgmma_k128::<true, false>(&mut acc, tiles, exchange),
+            (true, true) => wgmma_k128::<true, true>(&mut acc, tiles, exchange),
+        }
+        wgmma::commit_group();
+        wgmma::wait_all_m64n128(&mut acc);
+        let (warp, lane) = (tid / 32, tid % 32);
+        for (j, tile) in acc.iter().enumerate() {
+            for (e, value) in tile.iter().enumerate() {
+                let row = 16 * warp + lane / 4 + 8 * (e as u32 / 2);
+                let col = 8 * j as u32 + 2 * (lane % 4) + e as u32 % 2;
+                *d.add((row * 128 + col) as usize) = *value;
+            }
         }
     }
 }

@@ -10,3 +10,4 @@ pub mod grid_dependency;
 pub mod ldmatrix;
 pub mod mma;
 pub mod sreg;
+pub mod wgmma;
