@@ -14,8 +14,7 @@ use mamba3::decode::{
     REGISTER_RESIDENT_MAX_SEQUENCE_HEADS,
 };
 use mamba3::forward::{
-    dispatch_paths_with_workspace, forward_with_workspace, workspace_len, ForwardConfig,
-    ForwardInputs,
+    dispatch_paths_on_gpu, forward_with_workspace, workspace_len, ForwardConfig, ForwardInputs,
 };
 use mamba3::golden::SplitMix64;
 use mamba3::{primitives, Activation, Dtype, Gpu, OutputMode, Rotation};
@@ -761,7 +760,7 @@ fn bench_forward_one<T: Activation>(
         100.0 * tflops * 1e12 / TC_FLOP_PER_S,
         gbs,
         100.0 * gbs * 1e9 / HBM_BYTES_PER_S,
-        dispatch_paths_with_workspace(&cfg, gpu.sm_count(), gpu.max_shared_memory_optin()).join(", ")
+        dispatch_paths_on_gpu(gpu, &cfg).join(", ")
     );
 }
 
@@ -1006,6 +1005,10 @@ fn main() {
         gpu.name(),
         gpu.sm_count()
     );
+    // `MAMBA3_BENCH_WGMMA=0` runs the `mma.sync` kernels where `wgmma` twins exist (A/B runs).
+    let wgmma =
+        gpu.set_wgmma_kernels(std::env::var("MAMBA3_BENCH_WGMMA").map_or(true, |v| v != "0"));
+    println!("wgmma kernels: {}", if wgmma { "on" } else { "off" });
     let stream = gpu.context().new_stream().expect("creating a stream");
     let benches: [(&str, Bench); 5] = [
         ("forward", bench_forward),

@@ -337,7 +337,7 @@ fn run_emulated(
                 forward_mma_smem::BYTES as usize / 4,
                 &bufs.buffers,
                 || unsafe {
-                    chunked_forward_mma::chunked_forward_mma::<true, false, false>(&sweep)
+                    chunked_forward_mma::chunked_forward_mma::<true, false, false, false>(&sweep)
                 },
             );
             let combine = SegmentCombineParams {
@@ -367,7 +367,9 @@ fn run_emulated(
             FORWARD_MMA_THREADS as usize,
             forward_mma_smem::BYTES as usize / 4,
             &bufs.buffers,
-            || unsafe { chunked_forward_mma::chunked_forward_mma::<true, false, true>(&sweep) },
+            || unsafe {
+                chunked_forward_mma::chunked_forward_mma::<true, false, true, false>(&sweep)
+            },
         );
         let sweep = ForwardParams {
             segments: 1,
@@ -405,9 +407,13 @@ fn run_emulated(
                     &bufs.buffers,
                     || unsafe {
                         if with {
-                            chunked_forward_mma::chunked_forward_mma::<false, false, true>(&fp)
+                            chunked_forward_mma::chunked_forward_mma::<false, false, true, false>(
+                                &fp,
+                            )
                         } else {
-                            chunked_forward_mma::chunked_forward_mma::<false, false, false>(&fp)
+                            chunked_forward_mma::chunked_forward_mma::<false, false, false, false>(
+                                &fp,
+                            )
                         }
                     },
                 );

@@ -132,6 +132,9 @@ enum Forward {
     /// `chunked_forward_mma`'s short-call instantiation whatever the length (it is correct for
     /// any call; the host runs it only below C).
     TensorCoreShort,
+    /// The bf16 tensor-core kernel's `wgmma` instantiation (`forward_wg_*`, compute capability
+    /// 9.0; the emulated `wgmma` reads its swizzled tiles as the hardware does).
+    TensorCoreWgmma,
     /// The batch-walking short-call kernel (`chunked_forward_mma_units`; calls shorter than C
     /// from an initial state) on a grid of `(H, stride)` blocks.
     TensorCoreUnits { stride: usize },
@@ -144,6 +147,7 @@ impl Forward {
             Forward::Chunked => "",
             Forward::TensorCore => " tensor-core",
             Forward::TensorCoreShort => " tensor-core short",
+            Forward::TensorCoreWgmma => " tensor-core wgmma",
             Forward::TensorCoreUnits { .. } => " tensor-core batch-walking",
         }
     }
@@ -277,7 +281,10 @@ fn run_emulated(
     let grid = (g.heads as u32, (g.batch * segments) as u32);
     let tensor_core = matches!(
         forward,
-        Forward::TensorCore | Forward::TensorCoreShort | Forward::TensorCoreUnits { .. }
+        Forward::TensorCore
+            | Forward::TensorCoreShort
+            | Forward::TensorCoreWgmma
+            | Forward::TensorCoreUnits { .. }
     );
     let tc_words = if bf16 {
         forward_mma_smem::BYTES
@@ -293,7 +300,7 @@ fn run_emulated(
             &mem.buffers,
             || unsafe {
                 if bf16 {
-                    chunked_forward_mma::chunked_forward_mma::<true, false, false>(&params)
+                    chunked_forward_mma::chunked_forward_mma::<true, false, false, false>(&params)
                 } else {
                     chunked_forward_tf32::chunked_forward_tf32::<true>(&params)
                 }
@@ -369,6 +376,7 @@ fn run_emulated(
         assert!(fixed_geometry(g, chunk, bf16));
         assert!(bf16 || forward == Forward::TensorCore);
         let short = forward == Forward::TensorCoreShort || (segments == 1 && g.seq_len < chunk);
+        let wgmma = forward == Forward::TensorCoreWgmma;
         emulation::run_grid(
             grid,
             FORWARD_MMA_THREADS as usize,
@@ -377,10 +385,12 @@ fn run_emulated(
             || unsafe {
                 if !bf16 {
                     chunked_forward_tf32::chunked_forward_tf32::<false>(&params)
+                } else if wgmma {
+                    chunked_forward_mma::chunked_forward_mma::<false, false, false, true>(&params)
                 } else if short {
-                    chunked_forward_mma::chunked_forward_mma::<false, true, false>(&params)
+                    chunked_forward_mma::chunked_forward_mma::<false, true, false, false>(&params)
                 } else {
-                    chunked_forward_mma::chunked_forward_mma::<false, false, false>(&params)
+                    chunked_forward_mma::chunked_forward_mma::<false, false, false, false>(&params)
                 }
             },
         );
@@ -694,6 +704,20 @@ fn emulated_tensor_core_kernel_matches_golden() {
         };
         let seed = 300 + i as u64;
         worst = worst.max(whole_and_split(&case, seed));
+        // The `wgmma` instantiation (compute capability 9.0), whole and split, on every case.
+        let mut worst_wg = check_forward(&case, seed, true, 1, Forward::TensorCoreWgmma);
+        if case.geo.seq_len > 16 {
+            let segments = case.geo.seq_len.div_ceil(16).min(3);
+            worst_wg = worst_wg.max(check_forward(
+                &case,
+                seed,
+                true,
+                segments,
+                Forward::TensorCoreWgmma,
+            ));
+        }
+        eprintln!("case {i}: wgmma instantiation worst {worst_wg:.2e}");
+        worst = worst.max(worst_wg);
         if i == 0 {
             // The short-call kernel over full chunks and a tail (correct for any call).
             worst = worst.max(check_forward(

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::cuda::CudaStream;
 use mamba3::forward::{
-    dispatch_paths, dispatch_paths_with_workspace, forward, forward_from_states,
-    forward_with_workspace, sequence_segments, workspace_len, Activation, Dtype, FinalStatesMut,
-    ForwardConfig, ForwardInputs, InitialStates,
+    dispatch_paths, dispatch_paths_on_gpu, dispatch_paths_with_workspace, forward,
+    forward_from_states, forward_with_workspace, sequence_segments, workspace_len, Activation,
+    Dtype, FinalStatesMut, ForwardConfig, ForwardInputs, InitialStates,
 };
 use mamba3::golden::{
     forward_recurrent, step, FinalStates, Mamba3Geometry, Mamba3Inputs, OutputMode, RandomOptions,
@@ -391,6 +391,46 @@ fn forward_matches_golden_on_upstream_geometries() {
 fn forward_matches_golden_on_the_grid_at_s256() {
     let gpu = gpu_or_skip!();
     run_grid(&gpu, &upstream_cases_at(256, 4), "grid at S=256", 3000);
+}
+
+/// Turns the device's `wgmma` kernels back on when dropped (also when the test fails).
+struct WgmmaKernelsOn<'a>(&'a Gpu);
+
+impl Drop for WgmmaKernelsOn<'_> {
+    fn drop(&mut self) {
+        self.0.set_wgmma_kernels(true);
+    }
+}
+
+/// On compute capability 9.0 the bf16 tensor-core forward runs as its `wgmma` twin, which every
+/// other test here then exercises; this one checks that the dispatch reports the twin and runs
+/// the `mma.sync` kernel on the same device too (the benchmark geometry of upstream's grid, G = 1
+/// and 2, whole and split).
+#[test]
+fn forward_dispatch_names_the_wgmma_kernel_and_the_mma_kernel_still_matches_golden() {
+    let gpu = gpu_or_skip!();
+    let tuned = |c: &Case| {
+        let g = c.geo;
+        (g.rank, g.state_dim, g.head_dim, c.chunk) == (4, 128, 64, 16)
+    };
+    let cases: Vec<Case> = upstream_cases().into_iter().filter(tuned).collect();
+    let inp = Mamba3Inputs::random(cases[0].geo, cases[0].opts, 1).expect("random inputs");
+    let config = config_of::<bf16>(&inp, cases[0].chunk);
+    let wg = "forward_wg_bf16_r4_n128_p64_na32_c16";
+    let mma = "forward_mma_bf16_r4_n128_p64_na32_c16";
+    let _restore = WgmmaKernelsOn(&gpu);
+    if !gpu.wgmma_kernels() {
+        assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&wg));
+        eprintln!(
+            "SKIPPED: compute capability {:?} has no wgmma (the grids ran the mma.sync kernel)",
+            gpu.compute_capability()
+        );
+        return;
+    }
+    assert!(dispatch_paths_on_gpu(&gpu, &config).contains(&wg));
+    assert!(!gpu.set_wgmma_kernels(false));
+    assert!(dispatch_paths_on_gpu(&gpu, &config).contains(&mma));
+    run_grid(&gpu, &cases, "mma.sync kernel on a wgmma device", 7000);
 }
 
 #[test]

@@ -674,11 +674,73 @@ pub const FORWARD_THREADS: u32 = 256;
 /// Threads per block of the tensor-core forward (`forward_mma_*`): four warps.
 pub const FORWARD_MMA_THREADS: u32 = 128;
 
+/// Byte offset of bf16 element `(row, col)` in a tile of `rows` rows (a multiple of 8) stored in the
+/// tensor cores' 128-byte swizzle mode (PTX ISA §9.7.15.5.1.2): rows of 128 bytes (64 columns) in
+/// 64-column blocks, block `col / 64` after every row of the block before; within each 8-row,
+/// 1024-byte group the 16-byte piece `q` of row `r` sits at piece `q ^ (r % 8)`. The tile must
+/// start 1024-byte aligned for `wgmma` to read it (the pattern is a function of the address). The
+/// eight 16-byte rows of an `ldmatrix` matrix, and a warp's 32 words along one row, fall on 32
+/// distinct banks.
+pub const fn swizzle128_offset(rows: u32, row: u32, col: u32) -> u32 {
+    (col / 64) * rows * 128 + row * 128 + (((col % 64) / 8) ^ (row % 8)) * 16 + (col % 8) * 2
+}
+
+/// `wgmma` shared-memory matrix descriptors for tiles laid out by [`swizzle128_offset`] (PTX ISA
+/// §9.7.15.5.1.2.1, "Matrix Descriptor Format"). The same tile bytes serve as a K-major operand
+/// (tile rows = M or N, columns = K) and as an M-/N-major one (tile rows = K, columns = M or N);
+/// the GPU self-test `wgmma_bf16_reads_every_swizzled_operand_layout` checks all four forms.
+pub mod swizzle128 {
+    /// Bytes of one swizzled row (64 bf16).
+    pub const ROW_BYTES: u32 = 128;
+    /// Bytes of one 8-row swizzle group (the repeat of the pattern; tiles align to it).
+    pub const GROUP_BYTES: u32 = 1024;
+
+    /// A descriptor in the 128-byte swizzle mode: start address, leading-dimension and
+    /// stride-dimension byte offsets (each stored >> 4 in 14 bits), base offset 0 (tiles are
+    /// 1024-byte aligned), mode 1 in bits 62–63.
+    pub const fn desc(start: u32, leading_bytes: u32, stride_bytes: u32) -> u64 {
+        ((start as u64 >> 4) & 0x3fff)
+            | (((leading_bytes as u64 >> 4) & 0x3fff) << 16)
+            | (((stride_bytes as u64 >> 4) & 0x3fff) << 32)
+            | (1u64 << 62)
+    }
+
+    /// The descriptor of a K-major operand for the 16 columns (K) from `k0` (a multiple of 16) of
+    /// the tile at `tile` with `rows` rows (M or N): the start moves 32 bytes per step inside a
+    /// 128-byte row and to the next column block every four steps; the stride between 8-row
+    /// groups is [`GROUP_BYTES`]; the leading offset is unused in the swizzled K-major modes (1
+    /// by convention).
+    pub const fn k_major(tile: u32, rows: u32, k0: u32) -> u64 {
+        desc(
+            tile + (k0 / 64) * rows * ROW_BYTES + (k0 % 64) * 2,
+            16,
+            GROUP_BYTES,
+        )
+    }
+
+    /// The descriptor of an M-/N-major operand for the 16 rows (K) from `k0` (a multiple of 16)
+    /// of the tile at `tile` with `k_rows` rows: the start moves 16 rows; the leading offset is
+    /// the distance between 64-column blocks (`k_rows` rows), the stride offset the one between
+    /// 8-row groups.
+    pub const fn mn_major(tile: u32, k_rows: u32, k0: u32) -> u64 {
+        desc(tile + k0 * ROW_BYTES, k_rows * ROW_BYTES, GROUP_BYTES)
+    }
+}
+
 /// Shared-memory layout of the tensor-core forward for its one geometry (R = 4, N = 128, P = 64,
-/// Na = 32, C = 16: 64 rank-flattened rows per chunk), byte offsets from the dynamic shared base.
-/// bf16 tiles carry 8 extra elements per row so that the 8 row addresses of an `ldmatrix` fall in
-/// different banks.
+/// Na = 32, C = 16: 64 rank-flattened rows per chunk), byte offsets from the dynamic shared base
+/// rounded up to [`forward_mma_smem::ALIGN`]. bf16 tiles carry 8 extra elements per row so that
+/// the 8 row addresses of an `ldmatrix` fall in different banks, except in the `wgmma` kernel
+/// (`forward_wg_*`), which stores q̂, k̂ and x_w swizzled ([`swizzle128_offset`]; q̂ at [`Q`],
+/// k̂ at [`K_SWIZZLED`], x_w at [`XW`], each 1024-byte aligned) in the same regions.
+///
+/// [`Q`]: forward_mma_smem::Q
+/// [`K_SWIZZLED`]: forward_mma_smem::K_SWIZZLED
+/// [`XW`]: forward_mma_smem::XW
 pub mod forward_mma_smem {
+    /// The alignment the layout's base is rounded up to (the swizzle group of the `wgmma` operand
+    /// tiles); [`BYTES`] includes the slack.
+    pub const ALIGN: u32 = 1024;
     /// Row stride in bytes of the q̂ and k̂ tiles (128 bf16 + 8 padding).
     pub const QK_STRIDE: u32 = 272;
     /// Row stride in bytes of the x, scaled x and weighted score tiles (64 bf16 + 8 padding).
@@ -689,12 +751,28 @@ pub mod forward_mma_smem {
     /// halves store q̂ and k̂ words of the same row offset (the half-split rotation) hits all 32
     /// banks.
     pub const K: u32 = Q + 64 * QK_STRIDE + 64;
-    /// Up-projected x `(64, 64)` bf16.
+    /// k̂ of the `wgmma` kernel, swizzled (16 KB from the first 1024-byte boundary in the region).
+    pub const K_SWIZZLED: u32 = K.div_ceil(ALIGN) * ALIGN;
+    /// Up-projected x `(64, 64)` bf16 (past both forms of k̂).
     pub const X: u32 = K + 64 * QK_STRIDE;
-    /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)` bf16.
-    pub const XW: u32 = X + 64 * X_STRIDE;
+    /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)` bf16 (swizzled in the
+    /// `wgmma` kernel: 1024-byte aligned).
+    pub const XW: u32 = (X + 64 * X_STRIDE).div_ceil(ALIGN) * ALIGN;
     /// Weighted scores `(64, 64)` bf16.
     pub const W: u32 = XW + 64 * X_STRIDE;
+
+    // The swizzled q̂ (at Q), k̂ and x_w tiles of the `wgmma` kernel start on the swizzle group
+    // and stay inside their regions, beside the padded forms of the other kernels; two blocks
+    // still fit an H100/H200 SM (228 KB, 1 KB reserved per block).
+    const _: () = {
+        assert!(
+            Q.is_multiple_of(ALIGN) && K_SWIZZLED.is_multiple_of(ALIGN) && XW.is_multiple_of(ALIGN)
+        );
+        assert!(Q + 64 * 256 <= K && K_SWIZZLED + 64 * 256 <= X);
+        assert!(K + 64 * QK_STRIDE <= X && X + 64 * X_STRIDE <= XW);
+        assert!(XW + 64 * 128 <= W && XW + 64 * X_STRIDE <= W);
+        assert!(2 * (BYTES + 1024) <= 228 * 1024);
+    };
     /// Raw q rows of the next chunk `(64, 128)` bf16, unpadded (the `cp.async` staging area).
     pub const RAW_Q: u32 = W + 64 * X_STRIDE;
     /// Raw k rows of the next chunk `(64, 128)` bf16, 64 bytes past the end of the raw q rows (as
@@ -721,12 +799,13 @@ pub mod forward_mma_smem {
     pub const NORM: u32 = WT + 16 * 16 * 4;
     /// The identity rotation `(1, 0, 1, 0)` f32, read by the lanes whose columns no pair rotates.
     pub const IDENT: u32 = NORM + 4 * 64 * 4;
-    /// Total dynamic shared memory (two blocks fit one H100/H200 SM).
-    pub const BYTES: u32 = IDENT + 16;
+    /// Total dynamic shared memory with the `wgmma` kernel's alignment slack (two blocks fit one
+    /// H100/H200 SM).
+    pub const BYTES: u32 = IDENT + 16 + ALIGN;
     /// k̂₀ of the caller's initial state `(R, N)` bf16 (the batch-walking short-call kernel
     /// only, `forward_mma_units_*`: it holds a unit's k̂₀ from its loads, issued during the
     /// previous unit, to its trapezoidal term after the rotation).
-    pub const K0: u32 = BYTES;
+    pub const K0: u32 = IDENT + 16;
     /// The initial raw v `(P)` bf16 of the same unit (batch-walking kernel only).
     pub const V0: u32 = K0 + 4 * 128 * 2;
     /// `ε₀ = Δ₀(1 − σ(trap₀))` of the unit, f32 (batch-walking kernel only).
@@ -1231,6 +1310,30 @@ mod tests {
             backward::BackwardSlots::len_saturating(u64::MAX, 2, 2),
             u64::MAX
         );
+    }
+
+    #[test]
+    fn swizzled_rows_and_ldmatrix_rows_fall_on_distinct_banks() {
+        // (The placement of the swizzled tiles is checked at compile time in the layout.)
+        // The swizzle: a warp's 32 words along a row, and the eight 16-byte rows of an
+        // `ldmatrix` matrix (rows r0..r0+8, one logical piece), each on distinct banks.
+        let bank = |addr: u32| (addr / 4) % 32;
+        for row in 0..64u32 {
+            let mut seen = [false; 32];
+            for word in 0..32u32 {
+                seen[bank(swizzle128_offset(64, row, 2 * word)) as usize] = true;
+            }
+            assert!(seen.iter().all(|&s| s), "row {row}");
+        }
+        for r0 in (0..64u32).step_by(8) {
+            for piece in 0..16u32 {
+                let mut seen = [false; 8];
+                for r in r0..r0 + 8 {
+                    seen[(bank(swizzle128_offset(64, r, 8 * piece)) / 4) as usize] = true;
+                }
+                assert!(seen.iter().all(|&s| s), "rows {r0}.. piece {piece}");
+            }
+        }
     }
 
     #[test]

@@ -1126,7 +1126,7 @@ fn backward_impl<T: Activation>(
                         seg_decay: params.dkh + 4 * (slots * theta_words) as u64,
                         ..sweep.0
                     });
-                    let mut launch = gpu.launch(stream, segment_state)?;
+                    let mut launch = gpu.launch(stream, gpu.preferred(segment_state))?;
                     launch.arg(&sweep);
                     let cfg = sweep_cfg(segments);
                     // SAFETY: as for the sweep below; the segment-state pass writes only the
@@ -1139,7 +1139,7 @@ fn backward_impl<T: Activation>(
                 }
                 _ => (sweep, 1),
             };
-        let mut launch = gpu.launch(stream, ckpt)?;
+        let mut launch = gpu.launch(stream, gpu.preferred(ckpt))?;
         launch.arg(&sweep);
         let cfg = sweep_cfg(segments);
         // SAFETY: one by-value `ForwardParams` is the sweep's parameter list; its pointers are the

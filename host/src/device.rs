@@ -37,6 +37,9 @@ pub struct Gpu {
     /// Whether kernels with the dependent-launch prologue are launched with programmatic stream
     /// serialization (see [`Gpu::set_programmatic_launch`]).
     programmatic_enabled: AtomicBool,
+    /// Whether launches take a kernel's `wgmma` twin where the device has one (see
+    /// [`Gpu::set_wgmma_kernels`]).
+    wgmma_enabled: AtomicBool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -114,6 +117,7 @@ impl Gpu {
             sm_count,
             smem_optin,
             programmatic_enabled: AtomicBool::new(major >= 9),
+            wgmma_enabled: AtomicBool::new(true),
         });
         open.insert(ordinal, gpu.clone());
         Ok(gpu)
@@ -168,6 +172,29 @@ impl Gpu {
     pub fn set_programmatic_launch(&self, enabled: bool) -> bool {
         self.programmatic_enabled.store(enabled, Ordering::Relaxed);
         self.programmatic_launch()
+    }
+
+    /// Whether launches use the `wgmma` twins of kernels ([`Kernel::wgmma_twin`]): on by default
+    /// where the device has `wgmma` (compute capability 9.0, [`crate::has_wgmma`]), never
+    /// elsewhere.
+    pub fn wgmma_kernels(&self) -> bool {
+        crate::has_wgmma(self.compute_capability) && self.wgmma_enabled.load(Ordering::Relaxed)
+    }
+
+    /// Turns the `wgmma` twins on or off for launches enqueued from now on (both compute the same
+    /// results up to rounding; off runs the `mma.sync` kernels, e.g. to compare them). Returns
+    /// [`Gpu::wgmma_kernels`] after the change.
+    pub fn set_wgmma_kernels(&self, enabled: bool) -> bool {
+        self.wgmma_enabled.store(enabled, Ordering::Relaxed);
+        self.wgmma_kernels()
+    }
+
+    /// `kernel`, or its `wgmma` twin while [`Gpu::wgmma_kernels`] is on.
+    pub(crate) fn preferred(&self, kernel: Kernel) -> Kernel {
+        match kernel.wgmma_twin() {
+            Some(twin) if self.wgmma_kernels() => twin,
+            _ => kernel,
+        }
     }
 
     fn function(&self, kernel: Kernel) -> Result<&CudaFunction> {

@@ -596,7 +596,9 @@ fn run_kernels(config: &ForwardConfig, max_shared_memory: usize) -> Option<(Kern
 
 /// The kernels (PTX symbols, in launch order) that [`forward`] runs for `config` on a GPU with
 /// `max_shared_memory` bytes of opt-in shared memory per block (`Gpu::max_shared_memory_optin`),
-/// given 16-byte aligned views (see [`kernel_for`]); empty when the config is invalid.
+/// given 16-byte aligned views (see [`kernel_for`]); empty when the config is invalid. On a GPU
+/// whose [`Gpu::wgmma_kernels`] is on, a kernel with a `wgmma` twin runs as that twin
+/// ([`Kernel::wgmma_twin`]; [`dispatch_paths_on_gpu`] names it).
 pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&'static str> {
     if validate_config(config).is_err() {
         return Vec::new();
@@ -604,6 +606,20 @@ pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&
     run_kernels(config, max_shared_memory)
         .map(|(k, _)| vec![k.symbol()])
         .unwrap_or_default()
+}
+
+/// [`dispatch_paths_with_workspace`] for `gpu` as it stands (its SM count, shared-memory limit and
+/// [`Gpu::wgmma_kernels`]).
+pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static str> {
+    dispatch_paths_with_workspace(config, gpu.sm_count(), gpu.max_shared_memory_optin())
+        .into_iter()
+        .map(|symbol| {
+            Kernel::ALL
+                .iter()
+                .find(|k| k.symbol() == symbol)
+                .map_or(symbol, |k| gpu.preferred(*k).symbol())
+        })
+        .collect()
 }
 
 /// Most segments one (head, batch) row is split into.
@@ -1277,14 +1293,14 @@ pub(crate) fn forward_impl<T: Activation>(
     let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {
-            let mut launch = gpu.launch(stream, segment_state)?;
+            let mut launch = gpu.launch(stream, gpu.preferred(segment_state))?;
             launch.arg(&args);
             // SAFETY: as for the forward launch below; the segment-state pass takes the same
             // parameters and writes only hand-off slots 0..K−1 of the checked workspace.
             unsafe { launch.run(cfg) }?;
             launch_segment_combine(gpu, stream, config, &params, segments)?;
         }
-        let mut launch = gpu.launch(stream, kernel)?;
+        let mut launch = gpu.launch(stream, gpu.preferred(kernel))?;
         launch.arg(&args);
         // SAFETY: one by-value `ForwardParams` is the kernel's parameter list; every pointer was
         // checked against its documented shape by `validate`, outputs (and the workspace) do not

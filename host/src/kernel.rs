@@ -115,6 +115,9 @@ pub enum Kernel {
     /// Chunked forward on bf16 tensor cores (`mma.m16n8k16`, state in registers), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
     ForwardMmaBf16R4N128P64Na32C16,
+    /// [`Kernel::ForwardMmaBf16R4N128P64Na32C16`] with its score and state products on `wgmma`
+    /// (compute capability 9.0 only; [`Kernel::wgmma_twin`]).
+    ForwardWgBf16R4N128P64Na32C16,
     /// The tensor-core forward's instantiation for calls shorter than one chunk (a decode call of
     /// a few tokens: its state pass and epilogue skip the empty 16-row tiles too), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
@@ -126,6 +129,9 @@ pub enum Kernel {
     ForwardMmaUnitsBf16R4N128P64Na32C16,
     /// Segment-state pass of the split tensor-core forward, bf16, R=4, N=128, P=64, Na=32, C=16.
     SegmentStateMmaBf16R4N128P64Na32C16,
+    /// [`Kernel::SegmentStateMmaBf16R4N128P64Na32C16`] with its state pass on `wgmma` (compute
+    /// capability 9.0 only; [`Kernel::wgmma_twin`]).
+    SegmentStateWgBf16R4N128P64Na32C16,
     /// Chunked forward on TF32 tensor cores at float32 accuracy (three passes per product, state
     /// in registers), f32, R=4, N=128, P=64, Na=32, C=16.
     ForwardMmaF32R4N128P64Na32C16,
@@ -171,6 +177,9 @@ pub enum Kernel {
     /// writing the state and θ entering every chunk), bf16, R = 4, N = 128, P = 64, Na = 32,
     /// C = 16.
     BackwardCkptMmaBf16R4N128P64Na32C16,
+    /// [`Kernel::BackwardCkptMmaBf16R4N128P64Na32C16`] with its state pass on `wgmma` (compute
+    /// capability 9.0 only; [`Kernel::wgmma_twin`]).
+    BackwardCkptWgBf16R4N128P64Na32C16,
     /// Backward on bf16 tensor cores (`mma.m16n8k16`, operand tiles by `ldmatrix`, the state
     /// adjoint in registers), bf16, R = 4, N = 128, P = 64, Na = 32, C = 16.
     BackwardMmaBf16R4N128P64Na32C16,
@@ -185,7 +194,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 78] = [
+    pub const ALL: [Kernel; 81] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -237,9 +246,11 @@ impl Kernel {
         Kernel::ForwardFixedF32R4N128P64Na32C16,
         Kernel::ForwardFixedBf16R4N128P64Na32C16,
         Kernel::ForwardMmaBf16R4N128P64Na32C16,
+        Kernel::ForwardWgBf16R4N128P64Na32C16,
         Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
         Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
+        Kernel::SegmentStateWgBf16R4N128P64Na32C16,
         Kernel::ForwardMmaF32R4N128P64Na32C16,
         Kernel::SegmentStateMmaF32R4N128P64Na32C16,
         Kernel::SegmentStateFixedF32R4N128P64Na32C16,
@@ -260,6 +271,7 @@ impl Kernel {
         Kernel::BackwardChunkedFixedF32R4N128P64Na32,
         Kernel::BackwardChunkedFixedBf16R4N128P64Na32,
         Kernel::BackwardCkptMmaBf16R4N128P64Na32C16,
+        Kernel::BackwardCkptWgBf16R4N128P64Na32C16,
         Kernel::BackwardMmaBf16R4N128P64Na32C16,
         Kernel::ForwardCkptMmaBf16R4N128P64Na32C16,
         Kernel::BackwardReduceF32,
@@ -278,7 +290,28 @@ impl Kernel {
     /// so that it runs only on compute capability 9.0 ([`crate::has_wgmma`]); elsewhere those lines
     /// are comments and [`crate::Gpu`] refuses the launch.
     pub fn needs_wgmma(self) -> bool {
-        matches!(self, Kernel::PrimWgmmaBf16M64n128k128)
+        matches!(
+            self,
+            Kernel::PrimWgmmaBf16M64n128k128
+                | Kernel::ForwardWgBf16R4N128P64Na32C16
+                | Kernel::SegmentStateWgBf16R4N128P64Na32C16
+                | Kernel::BackwardCkptWgBf16R4N128P64Na32C16
+        )
+    }
+
+    /// The kernel that computes the same thing with `wgmma`, which the host launches instead of
+    /// this one on compute capability 9.0 while [`crate::Gpu::wgmma_kernels`] is on.
+    pub fn wgmma_twin(self) -> Option<Kernel> {
+        match self {
+            Kernel::ForwardMmaBf16R4N128P64Na32C16 => Some(Kernel::ForwardWgBf16R4N128P64Na32C16),
+            Kernel::SegmentStateMmaBf16R4N128P64Na32C16 => {
+                Some(Kernel::SegmentStateWgBf16R4N128P64Na32C16)
+            }
+            Kernel::BackwardCkptMmaBf16R4N128P64Na32C16 => {
+                Some(Kernel::BackwardCkptWgBf16R4N128P64Na32C16)
+            }
+            _ => None,
+        }
     }
 
     /// Its symbol in the PTX (`.entry` name).
@@ -337,6 +370,7 @@ impl Kernel {
             Kernel::ForwardFixedF32R4N128P64Na32C16 => "forward_fixed_f32_r4_n128_p64_na32_c16",
             Kernel::ForwardFixedBf16R4N128P64Na32C16 => "forward_fixed_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaBf16R4N128P64Na32C16 => "forward_mma_bf16_r4_n128_p64_na32_c16",
+            Kernel::ForwardWgBf16R4N128P64Na32C16 => "forward_wg_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaShortBf16R4N128P64Na32C16 => {
                 "forward_mma_short_bf16_r4_n128_p64_na32_c16"
             }
@@ -345,6 +379,9 @@ impl Kernel {
             }
             Kernel::SegmentStateMmaBf16R4N128P64Na32C16 => {
                 "segment_state_mma_bf16_r4_n128_p64_na32_c16"
+            }
+            Kernel::SegmentStateWgBf16R4N128P64Na32C16 => {
+                "segment_state_wg_bf16_r4_n128_p64_na32_c16"
             }
             Kernel::ForwardMmaF32R4N128P64Na32C16 => "forward_mma_f32_r4_n128_p64_na32_c16",
             Kernel::SegmentStateMmaF32R4N128P64Na32C16 => {
@@ -377,6 +414,9 @@ impl Kernel {
             }
             Kernel::BackwardCkptMmaBf16R4N128P64Na32C16 => {
                 "backward_ckpt_mma_bf16_r4_n128_p64_na32_c16"
+            }
+            Kernel::BackwardCkptWgBf16R4N128P64Na32C16 => {
+                "backward_ckpt_wg_bf16_r4_n128_p64_na32_c16"
             }
             Kernel::BackwardMmaBf16R4N128P64Na32C16 => "backward_mma_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardCkptMmaBf16R4N128P64Na32C16 => {

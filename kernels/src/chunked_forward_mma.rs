@@ -50,7 +50,8 @@
 //! when [`ForwardParams::init_ssm`] is set.
 
 use mamba3_abi::{
-    forward_mma_smem as L, output_mode, rotation, ForwardParams, FORWARD_MMA_THREADS,
+    forward_mma_smem as L, output_mode, rotation, swizzle128_offset, ForwardParams,
+    FORWARD_MMA_THREADS,
 };
 
 use crate::angles::{
@@ -69,6 +70,7 @@ use crate::arch::sreg::{
     opaque_u32, shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, smem_base_fresh, st_shared_f32,
     st_shared_u32, st_shared_v2_f32, st_shared_v4_f32, sync_threads, sync_warp, thread_x,
 };
+use crate::arch::wgmma;
 use crate::chunked_forward::split_f64;
 use crate::elem::{ldg, stg, Bf16, Elem};
 use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp, sincos};
@@ -80,6 +82,29 @@ const P: u32 = 64;
 const NA: u32 = 32;
 const C: u32 = 16;
 const T: u32 = FORWARD_MMA_THREADS;
+
+/// The layout's base: the dynamic shared base `raw`, rounded up to [`L::ALIGN`] in the `wgmma`
+/// kernel (`WG`: the swizzle group of its operand tiles; [`L::BYTES`] holds the slack).
+#[inline(always)]
+fn layout_base<const WG: bool>(raw: u32) -> u32 {
+    if WG {
+        (raw + L::ALIGN - 1) & !(L::ALIGN - 1)
+    } else {
+        raw
+    }
+}
+
+/// Address of element `(row0 + lr, col0 + lc)` of a swizzled 64-row tile at `tile`
+/// (`mamba3_abi::swizzle128_offset`), from the lane's part `lane_part = swizzle128_offset(64,
+/// lr, lc)`: valid when `row0` is a multiple of 8, and `col0` is a multiple of 64 or the pieces
+/// `(col0 mod 64) / 8` and `lc / 8` (with `lc < 64`) share no bit (then the sum is an XOR, and
+/// the XOR with the row's pattern distributes). The lane's part goes through [`fresh_u32`] where
+/// a phase starts, so that the step addresses are formed from it there, not hoisted out of the
+/// chunk loop and held in registers.
+#[inline(always)]
+fn swizzled_at(tile: u32, lane_part: u32, row0: u32, col0: u32) -> u32 {
+    tile + (col0 / 64) * 64 * 128 + row0 * 128 + (lane_part ^ (2 * (col0 % 64)))
+}
 
 /// Rows of a token-scalar bank ([`L::SCAL`]).
 const S_A: u32 = 0;
@@ -715,7 +740,12 @@ pub(crate) fn cs_source<G: Regions>(bk: &Blk, half_split: bool, balanced: bool) 
 /// the sequence come from zero-filled staging, see [`stage_chunk`]); of a short one (`!FULL`) the
 /// row groups holding its `len` times, past them only zeroed k̂ and x_w rows (see [`tiles`]).
 #[inline(always)]
-unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FULL: bool>(
+unsafe fn phase_rotate<
+    const STATES_ONLY: bool,
+    const HALF_SPLIT: bool,
+    const FULL: bool,
+    const WG: bool,
+>(
     bk: &Blk,
     len: u32,
     bank: u32,
@@ -729,6 +759,14 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
     let words = lane_words(l, balanced);
     let raw_at = words.map(|(is_k, c)| if is_k { L::RAW_K } else { L::RAW_Q } + 2 * c);
     let tile_at = words.map(|(is_k, c)| if is_k { L::K } else { L::Q } + 2 * c);
+    // The `wgmma` kernel's swizzled q̂, k̂ and x_w: the lane's word offsets within a row, XORed
+    // with the warp's part of the row pattern (row ρ = 4i + r: ρ mod 8 = 4(i mod 2) ^ r); each
+    // row XORs in the rest, 64·(i mod 2). The tiles are 1024-byte aligned, so the XOR (bits 4–6)
+    // leaves the tile offsets alone.
+    let warp_pattern = fresh_u32(16 * r) & 0x30;
+    let swizzled_word =
+        words.map(|(is_k, c)| (if is_k { L::K_SWIZZLED } else { L::Q } + 2 * c) ^ warp_pattern);
+    let swizzled_xw = L::XW + ((4 * l) ^ warp_pattern);
     // SAFETY (whole body): rows < 64 and columns < 128 (q, k) or < 64 (x) of the layout's tiles;
     // the staging rows read are those the last `cp.async` group wrote.
     unsafe {
@@ -745,10 +783,17 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
             if !FULL && i0 >= len {
                 for di in 0..ROTATE_GROUP as u32 {
                     let rho = 4 * (i0 + di) + r;
-                    let qk_at = bk.base + rho * L::QK_STRIDE + 4 * l;
-                    st_shared_u32(qk_at + L::K, 0);
-                    st_shared_u32(qk_at + L::K + 128, 0);
-                    st_shared_u32(bk.base + rho * L::X_STRIDE + 4 * l + L::XW, 0);
+                    if WG {
+                        let k_at = bk.base + L::K_SWIZZLED + swizzle128_offset(64, rho, 2 * l);
+                        st_shared_u32(k_at, 0);
+                        st_shared_u32(k_at + 64 * 128, 0);
+                        st_shared_u32(bk.base + L::XW + swizzle128_offset(64, rho, 2 * l), 0);
+                    } else {
+                        let qk_at = bk.base + rho * L::QK_STRIDE + 4 * l;
+                        st_shared_u32(qk_at + L::K, 0);
+                        st_shared_u32(qk_at + L::K + 128, 0);
+                        st_shared_u32(bk.base + rho * L::X_STRIDE + 4 * l + L::XW, 0);
+                    }
                 }
                 continue;
             }
@@ -771,24 +816,45 @@ unsafe fn phase_rotate<const STATES_ONLY: bool, const HALF_SPLIT: bool, const FU
                 row.ks = ld_shared_f32(scal(bk, bank, S_KSCALE, i));
             }
             for (di, row) in rows.iter().enumerate() {
-                let rho = 4 * (i0 + di as u32) + r;
+                let i = i0 + di as u32;
+                let rho = 4 * i + r;
                 let qk_at = bk.base + rho * L::QK_STRIDE;
                 let x_at = bk.base + rho * L::X_STRIDE + 4 * l;
+                // (Word j's two addresses: columns c and c + 64.)
+                let word_at = |j: usize| {
+                    if WG {
+                        let at = bk.base + rho * 128 + (swizzled_word[j] ^ (64 * (i % 2)));
+                        (at, at + 64 * 128)
+                    } else {
+                        (qk_at + tile_at[j], qk_at + tile_at[j] + 128)
+                    }
+                };
                 let [first, second] =
                     transform_pairs(row.words, rp, row.cs, HALF_SPLIT, STATES_ONLY);
                 if !STATES_ONLY {
-                    st_shared_u32(qk_at + tile_at[0], first.0);
-                    st_shared_u32(qk_at + tile_at[0] + 128, first.1);
+                    let (lo, hi) = word_at(0);
+                    st_shared_u32(lo, first.0);
+                    st_shared_u32(hi, first.1);
                 }
-                st_shared_u32(qk_at + tile_at[1], second.0);
-                st_shared_u32(qk_at + tile_at[1] + 128, second.1);
+                let (lo, hi) = word_at(1);
+                st_shared_u32(lo, second.0);
+                st_shared_u32(hi, second.1);
                 let (v0, v1) = unpack(row.v);
                 let (x0, x1) = (v0 * rp.mimo_v[0], v1 * rp.mimo_v[1]);
                 if !STATES_ONLY {
                     st_shared_u32(x_at + L::X, pack_bf16x2(x0, x1));
                 }
-                st_shared_u32(x_at + L::XW, pack_bf16x2(x0 * row.ks, x1 * row.ks));
+                let xw_at = if WG {
+                    bk.base + rho * 128 + (swizzled_xw ^ (64 * (i % 2)))
+                } else {
+                    x_at + L::XW
+                };
+                st_shared_u32(xw_at, pack_bf16x2(x0 * row.ks, x1 * row.ks));
             }
+        }
+        if WG {
+            // The tiles just written are `wgmma` operands after the next barrier.
+            wgmma::fence_proxy_async_shared();
         }
     }
 }
@@ -835,7 +901,7 @@ fn a_addr(tile: u32, stride: u32, row0: u32, col0: u32, lane: u32) -> u32 {
 /// kernels keep the row tiles for their last, short chunk too: spread there, ptxas spills 4–8 B
 /// of those 255-register kernels on sm_90.
 #[inline(always)]
-unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool>(
+unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool, const WG: bool>(
     bk: &Blk,
     len: u32,
     bank: u32,
@@ -850,6 +916,24 @@ unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool>(
     unsafe {
         if SPREAD {
             scores_spread(bk, tiles);
+        } else if WG {
+            // The whole 64×64 score tile as one warpgroup product (the tiles above the diagonal
+            // too: `wgmma` has no causal shape, and they are not stored). The descriptors are
+            // formed here each chunk from fresh tile addresses: hoisted out of the chunk loop,
+            // the sixteen 64-bit values would be held across it.
+            let mut sc = [[0.0f32; 4]; 8];
+            let (q_at, k_at) = (fresh_u32(q_tile), fresh_u32(bk.base + L::K_SWIZZLED));
+            wgmma::fence();
+            for kk in 0..8u32 {
+                let a = wgmma::k_major_desc(q_at, 64, 16 * kk);
+                let b = wgmma::k_major_desc(k_at, 64, 16 * kk);
+                wgmma::mma_m64n64k16_bf16::<false, false>(&mut sc, a, b, kk > 0);
+            }
+            wgmma::commit_group();
+            wgmma::wait_all_m64n64(&mut sc);
+            weigh_row_tile_scores::<Bf16Regions>(bk, w, w < tiles, &sc, |jt, s, wa, wb| {
+                store_weighted_scores(bk, (g, t4), (w, jt), s, [wa, wb]);
+            });
         } else {
             let mut sc = [[0.0f32; 4]; 8];
             // A warp whose rows lie past the chunk has no scores to form (nor does anyone read its
@@ -876,19 +960,18 @@ unsafe fn phase_scores_inter<const FULL: bool, const SPREAD: bool>(
             });
         }
         let mut y = [[[0.0f32; 4]; 2]; 4];
+        let q_lane = fresh_u32(swizzle128_offset(64, lane % 16, 8 * (lane / 16)));
         for kk in 0..8usize {
             let (s0, s1) = (&state[2 * kk], &state[2 * kk + 1]);
             let b0 = [pack_bf16x2(s0[0], s0[1]), pack_bf16x2(s1[0], s1[1])];
             let b1 = [pack_bf16x2(s0[2], s0[3]), pack_bf16x2(s1[2], s1[3])];
             for (mt, ym) in y.iter_mut().enumerate() {
                 if (mt as u32) < tiles {
-                    let a = ldmatrix_x4(a_addr(
-                        q_tile,
-                        L::QK_STRIDE,
-                        16 * mt as u32,
-                        16 * kk as u32,
-                        lane,
-                    ));
+                    let a = ldmatrix_x4(if WG {
+                        swizzled_at(q_tile, q_lane, 16 * mt as u32, 16 * kk as u32)
+                    } else {
+                        a_addr(q_tile, L::QK_STRIDE, 16 * mt as u32, 16 * kk as u32, lane)
+                    });
                     mma_m16n8k16_bf16_f32(&mut ym[0], a, b0);
                     mma_m16n8k16_bf16_f32(&mut ym[1], a, b1);
                 }
@@ -1294,9 +1377,16 @@ pub(crate) unsafe fn phase_epilogue<Io: EpilogueIo, const FULL: bool>(
 
 /// Phase M3: `H ← exp(A_last)·H + x_wᵀ·k̂` for the warp's 16 state rows. `!FULL` (the
 /// short-call kernel only) sums over the 16-row tiles holding the chunk's times alone (phase R
-/// zeroed k̂ and x_w past them).
+/// zeroed k̂ and x_w past them). `WG` (compute capability 9.0): the block's four warps as one
+/// warpgroup, `wgmma` with both operands read from the swizzled tiles (x_w M-major, k̂ N-major)
+/// and the state as its accumulators (their lane map is the `mma` one).
 #[inline(always)]
-unsafe fn phase_state<const FULL: bool>(bk: &Blk, len: u32, bank: u32, state: &mut [[f32; 4]; 16]) {
+unsafe fn phase_state<const FULL: bool, const WG: bool>(
+    bk: &Blk,
+    len: u32,
+    bank: u32,
+    state: &mut [[f32; 4]; 16],
+) {
     let (w, lane) = (bk.warp, bk.lane);
     // SAFETY (whole body): tile addresses inside the XW and K regions, len − 1 < 16.
     unsafe {
@@ -1305,6 +1395,22 @@ unsafe fn phase_state<const FULL: bool>(bk: &Blk, len: u32, bank: u32, state: &m
             for v in st.iter_mut() {
                 *v *= decay;
             }
+        }
+        if WG {
+            // Fresh tile addresses, as for the scores in `phase_scores_inter`.
+            let (xw_at, k_at) = (
+                fresh_u32(bk.base + L::XW),
+                fresh_u32(bk.base + L::K_SWIZZLED),
+            );
+            wgmma::fence();
+            for kk in 0..tiles::<FULL>(len) {
+                let a = wgmma::mn_major_desc(xw_at, 64, 16 * kk);
+                let b = wgmma::mn_major_desc(k_at, 64, 16 * kk);
+                wgmma::mma_m64n128k16_bf16::<true, true>(state, a, b, true);
+            }
+            wgmma::commit_group();
+            wgmma::wait_all_m64n128(state);
+            return;
         }
         for kk in 0..tiles::<FULL>(len) {
             let row = 16 * kk + lane % 8 + 8 * (lane / 16);
@@ -1535,7 +1641,7 @@ unsafe fn add_initial_trapezoid(bk: &Blk, u: &[[f32; R as usize]; 2], state: &mu
 /// [`store_state_tile_staged`]; `final_ssm` 16-byte aligned), else element by element; θ not at
 /// all (the caller writes it, see [`write_final_theta`]).
 #[inline(always)]
-unsafe fn write_final_states<const WIDE: bool>(
+unsafe fn write_final_states<const WIDE: bool, const WG: bool>(
     prm: &ForwardParams,
     bk: &Blk,
     (last_len, bank): (u32, u32),
@@ -1560,7 +1666,11 @@ unsafe fn write_final_states<const WIDE: bool>(
             if prm.final_k != 0 && bk.tid < R * N / 8 {
                 let (r, piece) = (bk.tid / 16, bk.tid % 16);
                 let rho = 4 * (last_len - 1) + r;
-                let v = ld_shared_v4_f32(bk.base + L::K + rho * L::QK_STRIDE + 16 * piece);
+                let v = ld_shared_v4_f32(if WG {
+                    bk.base + L::K_SWIZZLED + swizzle128_offset(64, rho, 8 * piece)
+                } else {
+                    bk.base + L::K + rho * L::QK_STRIDE + 16 * piece
+                });
                 let at = ((bk.b * R as usize + r as usize) * bk.heads + bk.h) * N as usize;
                 st_global_v4_f32(prm.final_k + 2 * at as u64 + 16 * piece as u64, v);
             }
@@ -1580,7 +1690,11 @@ unsafe fn write_final_states<const WIDE: bool>(
             while e < R * N {
                 let (r, n) = (e / N, e % N);
                 let rho = 4 * (last_len - 1) + r;
-                let word = ld_shared_u32(bk.base + L::K + rho * L::QK_STRIDE + 4 * (n / 2));
+                let word = ld_shared_u32(if WG {
+                    bk.base + L::K_SWIZZLED + swizzle128_offset(64, rho, n & !1)
+                } else {
+                    bk.base + L::K + rho * L::QK_STRIDE + 4 * (n / 2)
+                });
                 let (lo, hi) = unpack(word);
                 let v = if n % 2 == 0 { lo } else { hi };
                 Bf16::store(
@@ -1776,7 +1890,12 @@ unsafe fn store_checkpoint_warp(
 /// # Safety
 /// The module's launch contract.
 #[inline(always)]
-pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, const CKPT: bool>(
+pub unsafe fn chunked_forward_mma<
+    const STATES_ONLY: bool,
+    const SHORT: bool,
+    const CKPT: bool,
+    const WG: bool,
+>(
     prm: &ForwardParams,
 ) {
     let (heads, groups) = (prm.heads as usize, prm.groups as usize);
@@ -1799,7 +1918,7 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
     };
     let tid = thread_x();
     let bk = Blk {
-        base: smem_base(),
+        base: layout_base::<WG>(smem_base()),
         tid,
         warp: tid / 32,
         lane: tid % 32,
@@ -1882,15 +2001,17 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
             }
             let full = (len == C) & !SHORT;
             match (half_split, full) {
-                (true, true) => phase_rotate::<STATES_ONLY, true, true>(&bk, len, bank, &rp, cs_at),
+                (true, true) => {
+                    phase_rotate::<STATES_ONLY, true, true, WG>(&bk, len, bank, &rp, cs_at)
+                }
                 (true, false) => {
-                    phase_rotate::<STATES_ONLY, true, false>(&bk, len, bank, &rp, cs_at)
+                    phase_rotate::<STATES_ONLY, true, false, WG>(&bk, len, bank, &rp, cs_at)
                 }
                 (false, true) => {
-                    phase_rotate::<STATES_ONLY, false, true>(&bk, len, bank, &rp, cs_at)
+                    phase_rotate::<STATES_ONLY, false, true, WG>(&bk, len, bank, &rp, cs_at)
                 }
                 (false, false) => {
-                    phase_rotate::<STATES_ONLY, false, false>(&bk, len, bank, &rp, cs_at)
+                    phase_rotate::<STATES_ONLY, false, false, WG>(&bk, len, bank, &rp, cs_at)
                 }
             }
             sync_threads();
@@ -1902,9 +2023,9 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
                 decay *= ld_shared_f32(scal(&bk, bank, S_EXPA, len - 1));
             } else {
                 let mut y = if full {
-                    phase_scores_inter::<true, false>(&bk, len, bank, &state)
+                    phase_scores_inter::<true, false, WG>(&bk, len, bank, &state)
                 } else {
-                    phase_scores_inter::<false, SHORT>(&bk, len, bank, &state)
+                    phase_scores_inter::<false, SHORT, WG>(&bk, len, bank, &state)
                 };
                 sync_threads();
                 if full {
@@ -1925,9 +2046,9 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
                 }
             }
             if SHORT {
-                phase_state::<false>(&bk, len, bank, &mut state);
+                phase_state::<false, WG>(&bk, len, bank, &mut state);
             } else {
-                phase_state::<true>(&bk, len, bank, &mut state);
+                phase_state::<true, WG>(&bk, len, bank, &mut state);
             }
             if next < t_end {
                 s1 = phase_increments::<Bf16Regions>(&bk, (t_end - next).min(C), &pf, bank ^ 1);
@@ -1947,12 +2068,26 @@ pub unsafe fn chunked_forward_mma<const STATES_ONLY: bool, const SHORT: bool, co
             }
         } else if t_end == prm.seq_len && t_begin < t_end {
             // The shared-memory base re-derived here rather than kept alive through the loop
-            // (ptxas spills that copy).
-            let bk = Blk {
-                base: smem_base_fresh(),
-                ..bk
+            // (ptxas spills that copy); in the `wgmma` kernel, whose accumulators want contiguous
+            // registers, the block's indices too.
+            let bk = if WG {
+                let h = fresh_u32(block_x()) as usize;
+                let b = fresh_u32(block_y()) as usize / segments;
+                Blk {
+                    base: layout_base::<WG>(smem_base_fresh()),
+                    b,
+                    h,
+                    g: h / (heads / groups),
+                    row: (b * heads + h) * prm.seq_len as usize,
+                    ..bk
+                }
+            } else {
+                Blk {
+                    base: layout_base::<WG>(smem_base_fresh()),
+                    ..bk
+                }
             };
-            write_final_states::<false>(prm, &bk, (last_len, bank ^ 1), &state, false);
+            write_final_states::<false, WG>(prm, &bk, (last_len, bank ^ 1), &state, false);
         }
     }
 }
@@ -2182,9 +2317,9 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             bk.lane = bk.tid % 32;
             sync_threads();
             if half_split {
-                phase_rotate::<false, true, false>(&bk, len, bank, &rp, cs_at);
+                phase_rotate::<false, true, false, false>(&bk, len, bank, &rp, cs_at);
             } else {
-                phase_rotate::<false, false, false>(&bk, len, bank, &rp, cs_at);
+                phase_rotate::<false, false, false, false>(&bk, len, bank, &rp, cs_at);
             }
             sync_threads();
             let next = Blk {
@@ -2207,7 +2342,7 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
                 scalars = token_scalar_inputs(prm, &next, len);
             }
             add_staged_trapezoid_mma(&bk, &trap_mimo_v, &mut state);
-            let mut y = phase_scores_inter::<false, true>(&bk, len, bank, &state);
+            let mut y = phase_scores_inter::<false, true, false>(&bk, len, bank, &state);
             wait_group::<1>();
             sync_threads();
             if has_next {
@@ -2234,7 +2369,7 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             } else {
                 (0.0, [0.0; 4])
             };
-            phase_state::<false>(&bk, len, bank, &mut state);
+            phase_state::<false, false>(&bk, len, bank, &mut state);
             // θ before the barrier: the next unit's angle phase, right after this unit's final
             // states with no barrier between them, overwrites the THETA region.
             write_final_theta(prm, &bk);
@@ -2242,7 +2377,7 @@ pub unsafe fn chunked_forward_mma_units(prm: &ForwardParams) {
             sync_threads();
             // Staged when the next unit's state loads follow (they reuse the accumulators); a
             // block's last unit stores straight from them (batch 1: 10.6 against 11.0 µs).
-            write_final_states::<true>(prm, &bk, (len, bank), &state, has_next);
+            write_final_states::<true, false>(prm, &bk, (len, bank), &state, has_next);
             if !has_next {
                 break;
             }
@@ -2283,7 +2418,19 @@ unsafe fn unit_increments(bk: &Blk, len: u32, scalars: UnitScalars, bank: u32) -
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn forward_mma_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<false, false, false>(&params) }
+    unsafe { chunked_forward_mma::<false, false, false, false>(&params) }
+}
+
+/// [`forward_mma_bf16_r4_n128_p64_na32_c16`] with the score and state products on `wgmma`
+/// (compute capability 9.0 only: elsewhere its `wgmma` lines are comments).
+///
+/// # Safety
+/// The module's launch contract, on a device of compute capability 9.0.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn forward_wg_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma::<false, false, false, true>(&params) }
 }
 
 /// Tensor-core forward entry point for calls whose chunks are all shorter than C (S < 16: a
@@ -2299,7 +2446,7 @@ pub unsafe extern "ptx-kernel" fn forward_mma_short_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<false, true, false>(&params) }
+    unsafe { chunked_forward_mma::<false, true, false, false>(&params) }
 }
 
 /// The batch-walking short-call forward (see [`chunked_forward_mma_units`]), bf16, R = 4,
@@ -2329,7 +2476,7 @@ pub unsafe extern "ptx-kernel" fn segment_state_mma_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<true, false, false>(&params) }
+    unsafe { chunked_forward_mma::<true, false, false, false>(&params) }
 }
 
 /// Checkpoint sweep of the tensor-core backward (`backward_mma`), bf16, R = 4, N = 128, P = 64,
@@ -2349,7 +2496,7 @@ pub unsafe extern "ptx-kernel" fn backward_ckpt_mma_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<true, false, true>(&params) }
+    unsafe { chunked_forward_mma::<true, false, true, false>(&params) }
 }
 
 /// [`forward_mma_bf16_r4_n128_p64_na32_c16`] that also writes the backward's checkpoints (the
@@ -2367,5 +2514,33 @@ pub unsafe extern "ptx-kernel" fn forward_ckpt_mma_bf16_r4_n128_p64_na32_c16(
     params: ForwardParams,
 ) {
     // SAFETY: forwarded launch contract.
-    unsafe { chunked_forward_mma::<false, false, true>(&params) }
+    unsafe { chunked_forward_mma::<false, false, true, false>(&params) }
+}
+
+/// [`segment_state_mma_bf16_r4_n128_p64_na32_c16`] with the state pass on `wgmma` (compute
+/// capability 9.0 only).
+///
+/// # Safety
+/// As for that kernel, on a device of compute capability 9.0.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn segment_state_wg_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma::<true, false, false, true>(&params) }
+}
+
+/// [`backward_ckpt_mma_bf16_r4_n128_p64_na32_c16`] with the state pass on `wgmma` (compute
+/// capability 9.0 only).
+///
+/// # Safety
+/// As for that kernel, on a device of compute capability 9.0.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn backward_ckpt_wg_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    // SAFETY: forwarded launch contract.
+    unsafe { chunked_forward_mma::<true, false, true, true>(&params) }
 }

@@ -461,6 +461,89 @@ pub mod arch {
         }
     }
 
+    /// Emulated `wgmma` (one warpgroup = the block's first four warps): each thread reads the
+    /// A rows and B columns of its own accumulator elements from shared memory through the
+    /// descriptors, as the hardware's 128-byte swizzle places them (the address bits 7–9 XORed
+    /// into bits 4–6, see `mamba3_abi::swizzle128_offset`), and forms them at the call (f32 sums
+    /// in depth order); fences, commits and waits are no-ops.
+    pub mod wgmma {
+        #[allow(unused_imports)]
+        pub use mamba3_abi::swizzle128::{k_major as k_major_desc, mn_major as mn_major_desc};
+
+        /// The bf16 element at operand coordinates (`mn`, `k`) of descriptor `d`, M-/N-major
+        /// when `trans`.
+        fn element(d: u64, trans: bool, mn: u32, k: u32) -> f32 {
+            let field = |shift: u32| (((d >> shift) & 0x3fff) << 4) as u32;
+            let (start, leading, stride) = (field(0), field(16), field(32));
+            if d >> 62 != 1 || (d >> 49) & 7 != 0 {
+                super::super::fail(format!("wgmma descriptor {d:#x} not 128-byte swizzled"));
+            }
+            let linear = if trans {
+                start + (mn / 64) * leading + (k / 8) * stride + (k % 8) * 128 + (mn % 64) * 2
+            } else {
+                start + (mn / 8) * stride + (mn % 8) * 128 + k * 2
+            };
+            let addr = linear ^ (((linear >> 7) & 7) << 4);
+            let word = super::super::smem_read(addr & !3);
+            f32::from_bits(if addr & 2 != 0 {
+                word & 0xffff_0000
+            } else {
+                word << 16
+            })
+        }
+
+        fn mma<const TRANS_A: bool, const TRANS_B: bool>(
+            acc: &mut [[f32; 4]],
+            a: u64,
+            b: u64,
+            scale_d: bool,
+        ) {
+            let tid = super::super::with_ctx(|c| c.tid);
+            if tid >= 128 {
+                super::super::fail(format!("wgmma from thread {tid}, outside warpgroup 0"));
+            }
+            let (w, g, t) = (tid / 32, (tid % 32) / 4, tid % 4);
+            let rows = [16 * w + g, 16 * w + g + 8];
+            let a_rows = rows.map(|m| {
+                (0..16)
+                    .map(|k| element(a, TRANS_A, m, k))
+                    .collect::<Vec<_>>()
+            });
+            for (j, tile) in acc.iter_mut().enumerate() {
+                for (e, v) in tile.iter_mut().enumerate() {
+                    let n = 8 * j as u32 + 2 * t + e as u32 % 2;
+                    let mut sum = if scale_d { *v } else { 0.0 };
+                    for (k, a_mk) in a_rows[e / 2].iter().enumerate() {
+                        sum += a_mk * element(b, TRANS_B, n, k as u32);
+                    }
+                    *v = sum;
+                }
+            }
+        }
+
+        pub unsafe fn mma_m64n64k16_bf16<const TRANS_A: bool, const TRANS_B: bool>(
+            acc: &mut [[f32; 4]; 8],
+            a: u64,
+            b: u64,
+            scale_d: bool,
+        ) {
+            mma::<TRANS_A, TRANS_B>(acc, a, b, scale_d);
+        }
+        pub unsafe fn mma_m64n128k16_bf16<const TRANS_A: bool, const TRANS_B: bool>(
+            acc: &mut [[f32; 4]; 16],
+            a: u64,
+            b: u64,
+            scale_d: bool,
+        ) {
+            mma::<TRANS_A, TRANS_B>(acc, a, b, scale_d);
+        }
+        pub fn fence_proxy_async_shared() {}
+        pub fn fence() {}
+        pub fn commit_group() {}
+        pub fn wait_all_m64n64(_: &mut [[f32; 4]; 8]) {}
+        pub fn wait_all_m64n128(_: &mut [[f32; 4]; 16]) {}
+    }
+
     pub mod sreg {
         use std::sync::atomic::Ordering;
 

@@ -19,52 +19,10 @@
 
 use core::arch::asm;
 
-/// Bytes of one swizzled row (64 bf16).
-pub const ROW_BYTES: u32 = 128;
-/// Bytes of one 8-row swizzle group (the repeat of the pattern; tiles align to it).
-pub const GROUP_BYTES: u32 = 1024;
-
-/// Byte offset of bf16 element `(row, col)` in a swizzled tile of `rows` rows (a multiple of 8).
-#[inline(always)]
-pub const fn sw128_offset(rows: u32, row: u32, col: u32) -> u32 {
-    (col / 64) * rows * ROW_BYTES
-        + row * ROW_BYTES
-        + ((((col % 64) / 8) ^ (row % 8)) * 16)
-        + (col % 8) * 2
-}
-
-/// A shared-memory matrix descriptor (PTX ISA §9.7.15.5.1.2.1, "Matrix Descriptor Format") in the
-/// 128-byte swizzle mode: start address, leading-dimension and stride-dimension byte offsets
-/// (each stored >> 4 in 14 bits), base offset 0 (tiles are 1024-byte aligned), mode 1 in bits
-/// 62–63.
-#[inline(always)]
-pub const fn sw128_desc(start: u32, leading_bytes: u32, stride_bytes: u32) -> u64 {
-    ((start as u64 >> 4) & 0x3fff)
-        | (((leading_bytes as u64 >> 4) & 0x3fff) << 16)
-        | (((stride_bytes as u64 >> 4) & 0x3fff) << 32)
-        | (1u64 << 62)
-}
-
-/// The descriptor of a K-major operand for the 16 columns (K) from `k0` (a multiple of 16) of a
-/// swizzled tile at `tile` with `rows` rows (M or N): the start moves 32 bytes per step inside a
-/// 128-byte row and to the next column block every four steps; the stride between 8-row groups is
-/// [`GROUP_BYTES`]; the leading offset is unused in the swizzled K-major modes (1 by convention).
-#[inline(always)]
-pub const fn k_major_desc(tile: u32, rows: u32, k0: u32) -> u64 {
-    sw128_desc(
-        tile + (k0 / 64) * rows * ROW_BYTES + (k0 % 64) * 2,
-        16,
-        GROUP_BYTES,
-    )
-}
-
-/// The descriptor of an M-/N-major operand for the 16 rows (K) from `k0` (a multiple of 16) of a
-/// swizzled tile at `tile` with `k_rows` rows: the start moves 16 rows, the leading offset is the
-/// distance between 64-column blocks (`k_rows` rows), the stride offset between 8-row groups.
-#[inline(always)]
-pub const fn mn_major_desc(tile: u32, k_rows: u32, k0: u32) -> u64 {
-    sw128_desc(tile + k0 * ROW_BYTES, k_rows * ROW_BYTES, GROUP_BYTES)
-}
+pub use mamba3_abi::swizzle128::{
+    desc as sw128_desc, k_major as k_major_desc, mn_major as mn_major_desc, GROUP_BYTES, ROW_BYTES,
+};
+pub use mamba3_abi::swizzle128_offset as sw128_offset;
 
 /// `fence.proxy.async.shared::cta` (PTX ISA §9.7.12.4, "membar/fence"; PTX 8.0, sm_90): makes this
 /// thread's earlier ordinary shared-memory writes visible to the async proxy that `wgmma` reads
