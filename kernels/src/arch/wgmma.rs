@@ -98,110 +98,6 @@ pub unsafe fn mma_m64n64k16_bf16<const TRANS_A: bool, const TRANS_B: bool>(
     }
 }
 
-/// `wgmma.wait_group.sync.aligned 0` (PTX ISA §9.7.15.7.3): waits until every committed
-/// `wgmma` group of the warpgroup has completed, then makes `acc` (an m64n64 accumulator tile
-/// those groups wrote) readable. The accumulators are operands of the wait so that the compiler
-/// keeps every read of them after it.
-#[inline(always)]
-pub fn wait_all_m64n64(acc: &mut [[f32; 4]; 8]) {
-    // SAFETY: a warpgroup-collective wait; it only orders the listed registers after it.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: wgmma.wait_group.sync.aligned 0;",
-            "// {d0} {d1} {d2} {d3} {d4} {d5} {d6} {d7} {d8} {d9} {d10} {d11} {d12} {d13} {d14} {d15} {d16} {d17} {d18} {d19} {d20} {d21} {d22} {d23} {d24} {d25} {d26} {d27} {d28} {d29} {d30} {d31}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            options(nostack)
-        )
-    };
-}
-
-#[inline(always)]
-unsafe fn mma_m64n64k16_kk(acc: &mut [[f32; 4]; 8], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {a}, {b}, %wgd, 1, 1, 0, 0; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
-    };
-}
-
-#[inline(always)]
-unsafe fn mma_m64n64k16_kn(acc: &mut [[f32; 4]; 8], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {a}, {b}, %wgd, 1, 1, 0, 1; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
-    };
-}
-
-#[inline(always)]
-unsafe fn mma_m64n64k16_mk(acc: &mut [[f32; 4]; 8], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {a}, {b}, %wgd, 1, 1, 1, 0; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
-    };
-}
-
-#[inline(always)]
-unsafe fn mma_m64n64k16_mn(acc: &mut [[f32; 4]; 8], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}}}, {a}, {b}, %wgd, 1, 1, 1, 1; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
-    };
-}
-
 /// `wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16` (PTX ISA §9.7.15.5.2): issues
 /// `acc ← A·B (+ acc when scale_d)` for the warpgroup, A 64×16 and B 16×128 bf16 in shared memory
 /// through the descriptors `a` and `b` ([`sw128_desc`]); `TRANS_A` / `TRANS_B` select the
@@ -235,146 +131,85 @@ pub unsafe fn mma_m64n128k16_bf16<const TRANS_A: bool, const TRANS_B: bool>(
     }
 }
 
-/// `wgmma.wait_group.sync.aligned 0` (PTX ISA §9.7.15.7.3): waits until every committed
-/// `wgmma` group of the warpgroup has completed, then makes `acc` (an m64n128 accumulator tile
-/// those groups wrote) readable. The accumulators are operands of the wait so that the compiler
-/// keeps every read of them after it.
-#[inline(always)]
-pub fn wait_all_m64n128(acc: &mut [[f32; 4]; 16]) {
-    // SAFETY: a warpgroup-collective wait; it only orders the listed registers after it.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: wgmma.wait_group.sync.aligned 0;",
-            "// {d0} {d1} {d2} {d3} {d4} {d5} {d6} {d7} {d8} {d9} {d10} {d11} {d12} {d13} {d14} {d15} {d16} {d17} {d18} {d19} {d20} {d21} {d22} {d23} {d24} {d25} {d26} {d27} {d28} {d29} {d30} {d31} {d32} {d33} {d34} {d35} {d36} {d37} {d38} {d39} {d40} {d41} {d42} {d43} {d44} {d45} {d46} {d47} {d48} {d49} {d50} {d51} {d52} {d53} {d54} {d55} {d56} {d57} {d58} {d59} {d60} {d61} {d62} {d63}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            d32 = inout(reg32) acc[8][0], d33 = inout(reg32) acc[8][1], d34 = inout(reg32) acc[8][2], d35 = inout(reg32) acc[8][3],
-            d36 = inout(reg32) acc[9][0], d37 = inout(reg32) acc[9][1], d38 = inout(reg32) acc[9][2], d39 = inout(reg32) acc[9][3],
-            d40 = inout(reg32) acc[10][0], d41 = inout(reg32) acc[10][1], d42 = inout(reg32) acc[10][2], d43 = inout(reg32) acc[10][3],
-            d44 = inout(reg32) acc[11][0], d45 = inout(reg32) acc[11][1], d46 = inout(reg32) acc[11][2], d47 = inout(reg32) acc[11][3],
-            d48 = inout(reg32) acc[12][0], d49 = inout(reg32) acc[12][1], d50 = inout(reg32) acc[12][2], d51 = inout(reg32) acc[12][3],
-            d52 = inout(reg32) acc[13][0], d53 = inout(reg32) acc[13][1], d54 = inout(reg32) acc[13][2], d55 = inout(reg32) acc[13][3],
-            d56 = inout(reg32) acc[14][0], d57 = inout(reg32) acc[14][1], d58 = inout(reg32) acc[14][2], d59 = inout(reg32) acc[14][3],
-            d60 = inout(reg32) acc[15][0], d61 = inout(reg32) acc[15][1], d62 = inout(reg32) acc[15][2], d63 = inout(reg32) acc[15][3],
-            options(nostack)
-        )
+/// The accumulator operand list of an m64n128 tile in a template: the 64 positional operands.
+macro_rules! acc_list_n128 {
+    () => {
+        "{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}"
     };
 }
 
-#[inline(always)]
-unsafe fn mma_m64n128k16_kk(acc: &mut [[f32; 4]; 16], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {a}, {b}, %wgd, 1, 1, 0, 0; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            d32 = inout(reg32) acc[8][0], d33 = inout(reg32) acc[8][1], d34 = inout(reg32) acc[8][2], d35 = inout(reg32) acc[8][3],
-            d36 = inout(reg32) acc[9][0], d37 = inout(reg32) acc[9][1], d38 = inout(reg32) acc[9][2], d39 = inout(reg32) acc[9][3],
-            d40 = inout(reg32) acc[10][0], d41 = inout(reg32) acc[10][1], d42 = inout(reg32) acc[10][2], d43 = inout(reg32) acc[10][3],
-            d44 = inout(reg32) acc[11][0], d45 = inout(reg32) acc[11][1], d46 = inout(reg32) acc[11][2], d47 = inout(reg32) acc[11][3],
-            d48 = inout(reg32) acc[12][0], d49 = inout(reg32) acc[12][1], d50 = inout(reg32) acc[12][2], d51 = inout(reg32) acc[12][3],
-            d52 = inout(reg32) acc[13][0], d53 = inout(reg32) acc[13][1], d54 = inout(reg32) acc[13][2], d55 = inout(reg32) acc[13][3],
-            d56 = inout(reg32) acc[14][0], d57 = inout(reg32) acc[14][1], d58 = inout(reg32) acc[14][2], d59 = inout(reg32) acc[14][3],
-            d60 = inout(reg32) acc[15][0], d61 = inout(reg32) acc[15][1], d62 = inout(reg32) acc[15][2], d63 = inout(reg32) acc[15][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
+/// The accumulator operand list of an m64n64 tile in a template: the 32 positional operands.
+macro_rules! acc_list_n64 {
+    () => {
+        "{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}"
     };
 }
 
-#[inline(always)]
-unsafe fn mma_m64n128k16_kn(acc: &mut [[f32; 4]; 16], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {a}, {b}, %wgd, 1, 1, 0, 1; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            d32 = inout(reg32) acc[8][0], d33 = inout(reg32) acc[8][1], d34 = inout(reg32) acc[8][2], d35 = inout(reg32) acc[8][3],
-            d36 = inout(reg32) acc[9][0], d37 = inout(reg32) acc[9][1], d38 = inout(reg32) acc[9][2], d39 = inout(reg32) acc[9][3],
-            d40 = inout(reg32) acc[10][0], d41 = inout(reg32) acc[10][1], d42 = inout(reg32) acc[10][2], d43 = inout(reg32) acc[10][3],
-            d44 = inout(reg32) acc[11][0], d45 = inout(reg32) acc[11][1], d46 = inout(reg32) acc[11][2], d47 = inout(reg32) acc[11][3],
-            d48 = inout(reg32) acc[12][0], d49 = inout(reg32) acc[12][1], d50 = inout(reg32) acc[12][2], d51 = inout(reg32) acc[12][3],
-            d52 = inout(reg32) acc[13][0], d53 = inout(reg32) acc[13][1], d54 = inout(reg32) acc[13][2], d55 = inout(reg32) acc[13][3],
-            d56 = inout(reg32) acc[14][0], d57 = inout(reg32) acc[14][1], d58 = inout(reg32) acc[14][2], d59 = inout(reg32) acc[14][3],
-            d60 = inout(reg32) acc[15][0], d61 = inout(reg32) acc[15][1], d62 = inout(reg32) acc[15][2], d63 = inout(reg32) acc[15][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
+/// One `wgmma.mma_async` form: `$shape` (`"m64n64k16"`), its accumulator list macro, the tile
+/// count `$tiles` (N / 8) and the immediates `$trans` (`"imm-trans-a, imm-trans-b"`); the
+/// accumulators are the positional operands, tile by tile.
+macro_rules! wgmma_form {
+    ($name:ident, $shape:literal, $list:ident, $trans:literal, [$($j:literal)*]) => {
+        #[inline(always)]
+        unsafe fn $name(acc: &mut [[f32; 4]; [$($j),*].len()], a: u64, b: u64, scale_d: u32) {
+            // SAFETY: forwarded from the public wrapper's contract.
+            unsafe {
+                asm!(
+                    concat!(
+                        "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
+                        "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                        $list!(),
+                        "}}, {a}, {b}, %wgd, 1, 1, ", $trans, "; }}"
+                    ),
+                    $(
+                        inout(reg32) acc[$j][0], inout(reg32) acc[$j][1],
+                        inout(reg32) acc[$j][2], inout(reg32) acc[$j][3],
+                    )*
+                    a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
+                    options(nostack)
+                )
+            };
+        }
     };
 }
 
-#[inline(always)]
-unsafe fn mma_m64n128k16_mk(acc: &mut [[f32; 4]; 16], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {a}, {b}, %wgd, 1, 1, 1, 0; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            d32 = inout(reg32) acc[8][0], d33 = inout(reg32) acc[8][1], d34 = inout(reg32) acc[8][2], d35 = inout(reg32) acc[8][3],
-            d36 = inout(reg32) acc[9][0], d37 = inout(reg32) acc[9][1], d38 = inout(reg32) acc[9][2], d39 = inout(reg32) acc[9][3],
-            d40 = inout(reg32) acc[10][0], d41 = inout(reg32) acc[10][1], d42 = inout(reg32) acc[10][2], d43 = inout(reg32) acc[10][3],
-            d44 = inout(reg32) acc[11][0], d45 = inout(reg32) acc[11][1], d46 = inout(reg32) acc[11][2], d47 = inout(reg32) acc[11][3],
-            d48 = inout(reg32) acc[12][0], d49 = inout(reg32) acc[12][1], d50 = inout(reg32) acc[12][2], d51 = inout(reg32) acc[12][3],
-            d52 = inout(reg32) acc[13][0], d53 = inout(reg32) acc[13][1], d54 = inout(reg32) acc[13][2], d55 = inout(reg32) acc[13][3],
-            d56 = inout(reg32) acc[14][0], d57 = inout(reg32) acc[14][1], d58 = inout(reg32) acc[14][2], d59 = inout(reg32) acc[14][3],
-            d60 = inout(reg32) acc[15][0], d61 = inout(reg32) acc[15][1], d62 = inout(reg32) acc[15][2], d63 = inout(reg32) acc[15][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
+/// `wgmma.wait_group.sync.aligned 0` for an accumulator tile of `[$j]` n8 tiles: the
+/// accumulators are operands (listed in a comment line) so that the compiler keeps every read
+/// of them after the wait.
+macro_rules! wgmma_wait {
+    ($name:ident, $shape:literal, $list:ident, [$($j:literal)*]) => {
+        #[doc = concat!(
+            "`wgmma.wait_group.sync.aligned 0` (PTX ISA §9.7.15.7.3): waits until every ",
+            "committed `wgmma` group of the warpgroup has completed, then makes `acc` (an ",
+            $shape,
+            " accumulator tile those groups wrote) readable. The accumulators are operands of ",
+            "the wait so that the compiler keeps every read of them after it."
+        )]
+        #[inline(always)]
+        pub fn $name(acc: &mut [[f32; 4]; [$($j),*].len()]) {
+            // SAFETY: a warpgroup-collective wait; it only orders the listed registers after it.
+            unsafe {
+                asm!(
+                    "// mamba3-sm90a: wgmma.wait_group.sync.aligned 0;",
+                    concat!("// ", $list!()),
+                    $(
+                        inout(reg32) acc[$j][0], inout(reg32) acc[$j][1],
+                        inout(reg32) acc[$j][2], inout(reg32) acc[$j][3],
+                    )*
+                    options(nostack)
+                )
+            };
+        }
     };
 }
 
-#[inline(always)]
-unsafe fn mma_m64n128k16_mn(acc: &mut [[f32; 4]; 16], a: u64, b: u64, scale_d: u32) {
-    // SAFETY: forwarded from the public wrapper's contract.
-    unsafe {
-        asm!(
-            "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{d0}, {d1}, {d2}, {d3}, {d4}, {d5}, {d6}, {d7}, {d8}, {d9}, {d10}, {d11}, {d12}, {d13}, {d14}, {d15}, {d16}, {d17}, {d18}, {d19}, {d20}, {d21}, {d22}, {d23}, {d24}, {d25}, {d26}, {d27}, {d28}, {d29}, {d30}, {d31}, {d32}, {d33}, {d34}, {d35}, {d36}, {d37}, {d38}, {d39}, {d40}, {d41}, {d42}, {d43}, {d44}, {d45}, {d46}, {d47}, {d48}, {d49}, {d50}, {d51}, {d52}, {d53}, {d54}, {d55}, {d56}, {d57}, {d58}, {d59}, {d60}, {d61}, {d62}, {d63}}}, {a}, {b}, %wgd, 1, 1, 1, 1; }}",
-            d0 = inout(reg32) acc[0][0], d1 = inout(reg32) acc[0][1], d2 = inout(reg32) acc[0][2], d3 = inout(reg32) acc[0][3],
-            d4 = inout(reg32) acc[1][0], d5 = inout(reg32) acc[1][1], d6 = inout(reg32) acc[1][2], d7 = inout(reg32) acc[1][3],
-            d8 = inout(reg32) acc[2][0], d9 = inout(reg32) acc[2][1], d10 = inout(reg32) acc[2][2], d11 = inout(reg32) acc[2][3],
-            d12 = inout(reg32) acc[3][0], d13 = inout(reg32) acc[3][1], d14 = inout(reg32) acc[3][2], d15 = inout(reg32) acc[3][3],
-            d16 = inout(reg32) acc[4][0], d17 = inout(reg32) acc[4][1], d18 = inout(reg32) acc[4][2], d19 = inout(reg32) acc[4][3],
-            d20 = inout(reg32) acc[5][0], d21 = inout(reg32) acc[5][1], d22 = inout(reg32) acc[5][2], d23 = inout(reg32) acc[5][3],
-            d24 = inout(reg32) acc[6][0], d25 = inout(reg32) acc[6][1], d26 = inout(reg32) acc[6][2], d27 = inout(reg32) acc[6][3],
-            d28 = inout(reg32) acc[7][0], d29 = inout(reg32) acc[7][1], d30 = inout(reg32) acc[7][2], d31 = inout(reg32) acc[7][3],
-            d32 = inout(reg32) acc[8][0], d33 = inout(reg32) acc[8][1], d34 = inout(reg32) acc[8][2], d35 = inout(reg32) acc[8][3],
-            d36 = inout(reg32) acc[9][0], d37 = inout(reg32) acc[9][1], d38 = inout(reg32) acc[9][2], d39 = inout(reg32) acc[9][3],
-            d40 = inout(reg32) acc[10][0], d41 = inout(reg32) acc[10][1], d42 = inout(reg32) acc[10][2], d43 = inout(reg32) acc[10][3],
-            d44 = inout(reg32) acc[11][0], d45 = inout(reg32) acc[11][1], d46 = inout(reg32) acc[11][2], d47 = inout(reg32) acc[11][3],
-            d48 = inout(reg32) acc[12][0], d49 = inout(reg32) acc[12][1], d50 = inout(reg32) acc[12][2], d51 = inout(reg32) acc[12][3],
-            d52 = inout(reg32) acc[13][0], d53 = inout(reg32) acc[13][1], d54 = inout(reg32) acc[13][2], d55 = inout(reg32) acc[13][3],
-            d56 = inout(reg32) acc[14][0], d57 = inout(reg32) acc[14][1], d58 = inout(reg32) acc[14][2], d59 = inout(reg32) acc[14][3],
-            d60 = inout(reg32) acc[15][0], d61 = inout(reg32) acc[15][1], d62 = inout(reg32) acc[15][2], d63 = inout(reg32) acc[15][3],
-            a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-            options(nostack)
-        )
-    };
-}
+wgmma_form!(mma_m64n64k16_kk, "m64n64k16", acc_list_n64, "0, 0", [0 1 2 3 4 5 6 7]);
+wgmma_form!(mma_m64n64k16_kn, "m64n64k16", acc_list_n64, "0, 1", [0 1 2 3 4 5 6 7]);
+wgmma_form!(mma_m64n64k16_mk, "m64n64k16", acc_list_n64, "1, 0", [0 1 2 3 4 5 6 7]);
+wgmma_form!(mma_m64n64k16_mn, "m64n64k16", acc_list_n64, "1, 1", [0 1 2 3 4 5 6 7]);
+wgmma_form!(mma_m64n128k16_kk, "m64n128k16", acc_list_n128, "0, 0", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
+wgmma_form!(mma_m64n128k16_kn, "m64n128k16", acc_list_n128, "0, 1", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
+wgmma_form!(mma_m64n128k16_mk, "m64n128k16", acc_list_n128, "1, 0", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
+wgmma_form!(mma_m64n128k16_mn, "m64n128k16", acc_list_n128, "1, 1", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
+wgmma_wait!(wait_all_m64n64, "m64n64", acc_list_n64, [0 1 2 3 4 5 6 7]);
+wgmma_wait!(wait_all_m64n128, "m64n128", acc_list_n128, [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
