@@ -729,17 +729,18 @@ pub mod swizzle128 {
 
 /// Shared-memory layout of the tensor-core forward for its one geometry (R = 4, N = 128, P = 64,
 /// Na = 32, C = 16: 64 rank-flattened rows per chunk), byte offsets from the dynamic shared base
-/// rounded up to [`forward_mma_smem::ALIGN`]. bf16 tiles carry 8 extra elements per row so that
-/// the 8 row addresses of an `ldmatrix` fall in different banks, except in the `wgmma` kernel
-/// (`forward_wg_*`), which stores q̂, k̂ and x_w swizzled ([`swizzle128_offset`]; q̂ at [`Q`],
-/// k̂ at [`K_SWIZZLED`], x_w at [`XW`], each 1024-byte aligned) in the same regions.
+/// (rounded up to [`forward_mma_smem::ALIGN`] in the `wgmma` kernels). bf16 tiles carry 8 extra
+/// elements per row so that the 8 row addresses of an `ldmatrix` fall in different banks, except
+/// in the `wgmma` kernels (`*_wg_*`), which store q̂, k̂ and x_w swizzled
+/// ([`swizzle128_offset`]; q̂ at [`Q`], k̂ at [`K_SWIZZLED`], x_w at [`XW`], each 1024-byte
+/// aligned) in the same regions.
 ///
 /// [`Q`]: forward_mma_smem::Q
 /// [`K_SWIZZLED`]: forward_mma_smem::K_SWIZZLED
 /// [`XW`]: forward_mma_smem::XW
 pub mod forward_mma_smem {
-    /// The alignment the layout's base is rounded up to (the swizzle group of the `wgmma` operand
-    /// tiles); [`BYTES`] includes the slack.
+    /// The alignment the `wgmma` kernels round the layout's base up to (the swizzle group of their
+    /// operand tiles); [`BYTES`] includes the slack.
     pub const ALIGN: u32 = 1024;
     /// Row stride in bytes of the q̂ and k̂ tiles (128 bf16 + 8 padding).
     pub const QK_STRIDE: u32 = 272;
