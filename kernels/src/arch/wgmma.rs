@@ -65,72 +65,6 @@ pub fn commit_group() {
     };
 }
 
-/// `wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16` (PTX ISA §9.7.15.5.2): issues
-/// `acc ← A·B (+ acc when scale_d)` for the warpgroup, A 64×16 and B 16×64 bf16 in shared memory
-/// through the descriptors `a` and `b` ([`sw128_desc`]); `TRANS_A` / `TRANS_B` select the
-/// M-/N-major layout (else K-major). Thread `t` of the warpgroup owns `acc[j]` = rows
-/// `16·(t/32) + (t%32)/4` (elements 0, 1) and that + 8 (elements 2, 3), columns
-/// `8j + 2·(t%4)` and + 1: the `mma.m16n8` accumulator map of warp `t/32`'s 16-row slice.
-///
-/// # Safety
-/// All 128 threads of a warpgroup (four consecutive warps starting at a multiple of four) call it
-/// together with the same descriptors, which address 1024-byte aligned SW128 tiles inside the
-/// block's shared memory; shared stores the operands depend on were followed by
-/// [`fence_proxy_async_shared`] and a barrier, and [`fence`] ran after the last ordinary write of
-/// `acc`. `acc` is not read or written until [`commit_group`] and [`wait_all_m64n64`].
-/// Compute capability 9.0 only (in other modules this is a comment and `acc` stays unchanged).
-#[inline(always)]
-pub unsafe fn mma_m64n64k16_bf16<const TRANS_A: bool, const TRANS_B: bool>(
-    acc: &mut [[f32; 4]; 8],
-    a: u64,
-    b: u64,
-    scale_d: bool,
-) {
-    let sd = scale_d as u32;
-    // SAFETY: the caller's contract.
-    unsafe {
-        match (TRANS_A, TRANS_B) {
-            (false, false) => mma_m64n64k16_kk(acc, a, b, sd),
-            (false, true) => mma_m64n64k16_kn(acc, a, b, sd),
-            (true, false) => mma_m64n64k16_mk(acc, a, b, sd),
-            (true, true) => mma_m64n64k16_mn(acc, a, b, sd),
-        }
-    }
-}
-
-/// `wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16` (PTX ISA §9.7.15.5.2): issues
-/// `acc ← A·B (+ acc when scale_d)` for the warpgroup, A 64×16 and B 16×128 bf16 in shared memory
-/// through the descriptors `a` and `b` ([`sw128_desc`]); `TRANS_A` / `TRANS_B` select the
-/// M-/N-major layout (else K-major). Thread `t` of the warpgroup owns `acc[j]` = rows
-/// `16·(t/32) + (t%32)/4` (elements 0, 1) and that + 8 (elements 2, 3), columns
-/// `8j + 2·(t%4)` and + 1: the `mma.m16n8` accumulator map of warp `t/32`'s 16-row slice.
-///
-/// # Safety
-/// All 128 threads of a warpgroup (four consecutive warps starting at a multiple of four) call it
-/// together with the same descriptors, which address 1024-byte aligned SW128 tiles inside the
-/// block's shared memory; shared stores the operands depend on were followed by
-/// [`fence_proxy_async_shared`] and a barrier, and [`fence`] ran after the last ordinary write of
-/// `acc`. `acc` is not read or written until [`commit_group`] and [`wait_all_m64n128`].
-/// Compute capability 9.0 only (in other modules this is a comment and `acc` stays unchanged).
-#[inline(always)]
-pub unsafe fn mma_m64n128k16_bf16<const TRANS_A: bool, const TRANS_B: bool>(
-    acc: &mut [[f32; 4]; 16],
-    a: u64,
-    b: u64,
-    scale_d: bool,
-) {
-    let sd = scale_d as u32;
-    // SAFETY: the caller's contract.
-    unsafe {
-        match (TRANS_A, TRANS_B) {
-            (false, false) => mma_m64n128k16_kk(acc, a, b, sd),
-            (false, true) => mma_m64n128k16_kn(acc, a, b, sd),
-            (true, false) => mma_m64n128k16_mk(acc, a, b, sd),
-            (true, true) => mma_m64n128k16_mn(acc, a, b, sd),
-        }
-    }
-}
-
 /// The accumulator operand list of an m64n128 tile in a template: the 64 positional operands.
 macro_rules! acc_list_n128 {
     () => {
@@ -145,30 +79,66 @@ macro_rules! acc_list_n64 {
     };
 }
 
-/// One `wgmma.mma_async` form: `$shape` (`"m64n64k16"`), its accumulator list macro, the tile
-/// count `$tiles` (N / 8) and the immediates `$trans` (`"imm-trans-a, imm-trans-b"`); the
-/// accumulators are the positional operands, tile by tile.
-macro_rules! wgmma_form {
-    ($name:ident, $shape:literal, $list:ident, $trans:literal, [$($j:literal)*]) => {
+/// One `wgmma.mma_async` instruction for `$shape` (`"m64n64k16"`) with the immediates `$trans`
+/// (`"imm-trans-a, imm-trans-b"`); the accumulators `$acc` (tiles `[$j]`) are the positional
+/// operands, tile by tile.
+macro_rules! wgmma_asm {
+    ($shape:literal, $list:ident, $trans:literal, $acc:ident, $a:ident, $b:ident, $sd:ident, [$($j:literal)*]) => {
+        asm!(
+            concat!(
+                "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                $list!(),
+                "}}, {a}, {b}, %wgd, 1, 1, ", $trans, "; }}"
+            ),
+            $(
+                inout(reg32) $acc[$j][0], inout(reg32) $acc[$j][1],
+                inout(reg32) $acc[$j][2], inout(reg32) $acc[$j][3],
+            )*
+            a = in(reg64) $a, b = in(reg64) $b, sd = in(reg32) $sd,
+            options(nostack)
+        )
+    };
+}
+
+/// The public `wgmma` entry for one shape: `$name::<TRANS_A, TRANS_B>` over an accumulator tile
+/// of `[$j]` n8 tiles, waited for by `$wait`.
+macro_rules! wgmma_mma {
+    ($name:ident, $wait:ident, $shape:literal, $n:literal, $list:ident, [$($j:literal)*]) => {
+        #[doc = concat!(
+            "`wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16` (PTX ISA §9.7.15.5.2): ",
+            "issues `acc ← A·B (+ acc when scale_d)` for the warpgroup, A 64×16 and B 16×", $n,
+            " bf16 in shared memory through the descriptors `a` and `b` ([`sw128_desc`]); ",
+            "`TRANS_A` / `TRANS_B` select the M-/N-major layout (else K-major). Thread `t` of the ",
+            "warpgroup owns `acc[j]` = rows `16·(t/32) + (t%32)/4` (elements 0, 1) and that + 8 ",
+            "(elements 2, 3), columns `8j + 2·(t%4)` and + 1: the `mma.m16n8` accumulator map of ",
+            "warp `t/32`'s 16-row slice.\n\n# Safety\nAll 128 threads of a warpgroup (four ",
+            "consecutive warps starting at a multiple of four) call it together with the same ",
+            "descriptors, which address 1024-byte aligned SW128 tiles inside the block's shared ",
+            "memory; shared stores the operands depend on were followed by ",
+            "[`fence_proxy_async_shared`] and a barrier, and [`fence`] ran after the last ",
+            "ordinary write of `acc`. `acc` is not read or written until [`commit_group`] and [`",
+            stringify!($wait),
+            "`]. Compute capability 9.0 only (in other modules this is a comment and `acc` stays ",
+            "unchanged)."
+        )]
         #[inline(always)]
-        unsafe fn $name(acc: &mut [[f32; 4]; [$($j),*].len()], a: u64, b: u64, scale_d: u32) {
-            // SAFETY: forwarded from the public wrapper's contract.
+        pub unsafe fn $name<const TRANS_A: bool, const TRANS_B: bool>(
+            acc: &mut [[f32; 4]; [$($j),*].len()],
+            a: u64,
+            b: u64,
+            scale_d: bool,
+        ) {
+            let sd = scale_d as u32;
+            // SAFETY: the caller's contract.
             unsafe {
-                asm!(
-                    concat!(
-                        "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
-                        "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
-                        $list!(),
-                        "}}, {a}, {b}, %wgd, 1, 1, ", $trans, "; }}"
-                    ),
-                    $(
-                        inout(reg32) acc[$j][0], inout(reg32) acc[$j][1],
-                        inout(reg32) acc[$j][2], inout(reg32) acc[$j][3],
-                    )*
-                    a = in(reg64) a, b = in(reg64) b, sd = in(reg32) scale_d,
-                    options(nostack)
-                )
-            };
+                match (TRANS_A, TRANS_B) {
+                    (false, false) => wgmma_asm!($shape, $list, "0, 0", acc, a, b, sd, [$($j)*]),
+                    (false, true) => wgmma_asm!($shape, $list, "0, 1", acc, a, b, sd, [$($j)*]),
+                    (true, false) => wgmma_asm!($shape, $list, "1, 0", acc, a, b, sd, [$($j)*]),
+                    (true, true) => wgmma_asm!($shape, $list, "1, 1", acc, a, b, sd, [$($j)*]),
+                }
+            }
         }
     };
 }
@@ -203,13 +173,8 @@ macro_rules! wgmma_wait {
     };
 }
 
-wgmma_form!(mma_m64n64k16_kk, "m64n64k16", acc_list_n64, "0, 0", [0 1 2 3 4 5 6 7]);
-wgmma_form!(mma_m64n64k16_kn, "m64n64k16", acc_list_n64, "0, 1", [0 1 2 3 4 5 6 7]);
-wgmma_form!(mma_m64n64k16_mk, "m64n64k16", acc_list_n64, "1, 0", [0 1 2 3 4 5 6 7]);
-wgmma_form!(mma_m64n64k16_mn, "m64n64k16", acc_list_n64, "1, 1", [0 1 2 3 4 5 6 7]);
-wgmma_form!(mma_m64n128k16_kk, "m64n128k16", acc_list_n128, "0, 0", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
-wgmma_form!(mma_m64n128k16_kn, "m64n128k16", acc_list_n128, "0, 1", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
-wgmma_form!(mma_m64n128k16_mk, "m64n128k16", acc_list_n128, "1, 0", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
-wgmma_form!(mma_m64n128k16_mn, "m64n128k16", acc_list_n128, "1, 1", [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
+wgmma_mma!(mma_m64n64k16_bf16, wait_all_m64n64, "m64n64k16", "64", acc_list_n64, [0 1 2 3 4 5 6 7]);
+wgmma_mma!(mma_m64n128k16_bf16, wait_all_m64n128, "m64n128k16", "128", acc_list_n128,
+    [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
 wgmma_wait!(wait_all_m64n64, "m64n64", acc_list_n64, [0 1 2 3 4 5 6 7]);
 wgmma_wait!(wait_all_m64n128, "m64n128", acc_list_n128, [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
