@@ -957,7 +957,7 @@ fn bench_backward_one<T: Activation>(
             format!("{what}/{dtype}/H={h}/B={b}/S={s}"),
             ms,
             100.0 * frac,
-            backward::dispatch_paths_on(&bwd_cfg, gpu.max_shared_memory_optin(), gpu.sm_count()).join(", ")
+            backward::dispatch_paths_on_gpu(gpu, &bwd_cfg).join(", ")
         );
     }
     if let Some(ms) = ms_chunked {

@@ -76,11 +76,14 @@ enum Kernel {
     /// pass, the combine pass and the sweep from the combined states, with the hand-off slots
     /// where the host puts them, in the split adjoint and per-head ∂k̃ regions) then
     /// `backward_mma` split into `boundaries + 1` segments of `chunks` chunks (the last holding
-    /// the rest): its two launches (`split_launch`) and the reduce.
+    /// the rest): its two launches (`split_launch`) and the reduce. With `wgmma`, the sweep and
+    /// its segment-state pass are the `wgmma` twins (`WG = true`, as compute capability 9.0 runs
+    /// them).
     TensorCoreSplit {
         boundaries: u32,
         chunks: u32,
         sweep_segments: u32,
+        wgmma: bool,
     },
 }
 
@@ -115,13 +118,14 @@ fn run_emulated(
         kernel,
         Kernel::TensorCore | Kernel::TensorCoreAfterForward | Kernel::TensorCoreSplit { .. }
     );
-    let (boundaries, split_chunks, sweep_segments) = match kernel {
+    let (boundaries, split_chunks, sweep_segments, wgmma) = match kernel {
         Kernel::TensorCoreSplit {
             boundaries,
             chunks,
             sweep_segments,
-        } => (boundaries, chunks, sweep_segments.max(1)),
-        _ => (0, 0, 1),
+            wgmma,
+        } => (boundaries, chunks, sweep_segments.max(1), wgmma),
+        _ => (0, 0, 1, false),
     };
     let g = inp.geometry;
     let (b, s, r, gr, h, n, p, na) = letters(&g);
@@ -337,7 +341,13 @@ fn run_emulated(
                 forward_mma_smem::BYTES as usize / 4,
                 &bufs.buffers,
                 || unsafe {
-                    chunked_forward_mma::chunked_forward_mma::<true, false, false, false>(&sweep)
+                    if wgmma {
+                        chunked_forward_mma::chunked_forward_mma::<true, false, false, true>(&sweep)
+                    } else {
+                        chunked_forward_mma::chunked_forward_mma::<true, false, false, false>(
+                            &sweep,
+                        )
+                    }
                 },
             );
             let combine = SegmentCombineParams {
@@ -368,7 +378,11 @@ fn run_emulated(
             forward_mma_smem::BYTES as usize / 4,
             &bufs.buffers,
             || unsafe {
-                chunked_forward_mma::chunked_forward_mma::<true, false, true, false>(&sweep)
+                if wgmma {
+                    chunked_forward_mma::chunked_forward_mma::<true, false, true, true>(&sweep)
+                } else {
+                    chunked_forward_mma::chunked_forward_mma::<true, false, true, false>(&sweep)
+                }
             },
         );
         let sweep = ForwardParams {
@@ -964,7 +978,8 @@ fn emulated_split_tensor_core_backward_matches_golden() {
     // chained through two decays).
     // The checkpoint sweep runs whole in the first case, split in three segments (of 4, 4 and 2
     // chunks) in the second and in four (4, 4, 4, 2) in the third, as the host splits it when
-    // B·H leaves SMs idle (`backward::checkpoint_sweep_segments`).
+    // B·H leaves SMs idle (`backward::checkpoint_sweep_segments`). The second case's sweep and
+    // segment-state pass are the `wgmma` twins.
     let cases = [
         (
             Case {
@@ -1003,6 +1018,7 @@ fn emulated_split_tensor_core_backward_matches_golden() {
             boundaries: *boundaries,
             chunks: 4,
             sweep_segments: *sweep_segments,
+            wgmma: i == 1,
         };
         let e = check_kernel(case, 320 + i as u64, kernel);
         eprintln!("split case {i} (sweep in {sweep_segments}): worst gradient error {e:.2e}");

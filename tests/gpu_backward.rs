@@ -14,7 +14,8 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::backward::{
     backward, backward_path, backward_with_checkpoints, backward_with_path, dispatch_paths,
-    forward_for_backward, workspace_len, BackwardCheckpoints, BackwardPath, GradientsMut,
+    dispatch_paths_on_gpu, forward_for_backward, workspace_len, BackwardCheckpoints, BackwardPath,
+    GradientsMut,
 };
 use mamba3::cuda::{CudaSlice, CudaStream, CudaViewMut};
 use mamba3::forward::{self, Activation, ForwardConfig, ForwardInputs};
@@ -471,6 +472,47 @@ fn tensor_core_backward_matches_golden_on_upstream_geometries() {
         8400,
         BackwardPath::TensorCore,
     );
+}
+
+/// Puts [`Gpu::wgmma_kernels`] back on when dropped (also when the test fails).
+struct WgmmaKernelsOn<'a>(&'a Gpu);
+
+impl Drop for WgmmaKernelsOn<'_> {
+    fn drop(&mut self) {
+        self.0.set_wgmma_kernels(true);
+    }
+}
+
+/// `dispatch_paths_on_gpu` names the checkpoint sweep the device runs: its `wgmma` twin on
+/// compute capability 9.0 while the twins are on (as the grids above run it), the `mma.sync`
+/// sweep otherwise, and the split sweep's segment-state pass likewise (H = 64, B = 1 splits it).
+#[test]
+fn backward_dispatch_names_the_sweep_the_device_runs() {
+    let Some(gpu) = common::gpu() else {
+        return;
+    };
+    let _restore = WgmmaKernelsOn(&gpu);
+    let inp = Mamba3Inputs::random(
+        geo(1, 2048, 4, 1, 64, 128, 64, 32),
+        opts(Rotation::HalfSplit, OutputMode::Gated, true, true),
+        1,
+    )
+    .expect("random inputs");
+    let config = config_of::<bf16>(&inp, 16);
+    let (wg, mma) = (
+        "backward_ckpt_wg_bf16_r4_n128_p64_na32_c16",
+        "backward_ckpt_mma_bf16_r4_n128_p64_na32_c16",
+    );
+    let paths = dispatch_paths_on_gpu(&gpu, &config);
+    eprintln!("backward at H = 64, B = 1, S = 2048 on this device: {paths:?}");
+    assert!(paths.contains(&"backward_mma_bf16_r4_n128_p64_na32_c16"));
+    if gpu.wgmma_kernels() {
+        assert!(paths.contains(&wg) && !paths.contains(&mma), "{paths:?}");
+        assert!(paths.contains(&"segment_state_wg_bf16_r4_n128_p64_na32_c16"));
+    }
+    assert!(!gpu.set_wgmma_kernels(false));
+    let paths = dispatch_paths_on_gpu(&gpu, &config);
+    assert!(paths.contains(&mma) && !paths.contains(&wg), "{paths:?}");
 }
 
 /// A training step at the tensor-core geometry: the forward writing the backward's checkpoints

@@ -727,6 +727,21 @@ pub fn dispatch_paths_on(
         .collect()
 }
 
+/// [`dispatch_paths_on`] for `gpu` as it stands: its SM count and shared-memory limit, and the
+/// `wgmma` twins of the checkpoint sweep and its segment-state pass where
+/// [`Gpu::wgmma_kernels`] is on (the kernels the device actually runs).
+pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static str> {
+    dispatch_paths_on(config, gpu.max_shared_memory_optin(), gpu.sm_count())
+        .into_iter()
+        .map(|symbol| {
+            Kernel::ALL
+                .iter()
+                .find(|k| k.symbol() == symbol)
+                .map_or(symbol, |k| gpu.preferred(*k).symbol())
+        })
+        .collect()
+}
+
 /// The first of the views the tensor-core backward copies with 16-byte `cp.async` (q, k, v, z,
 /// `dout`) or reads in 16-byte vectors (the workspace's checkpoints) that is not 16-byte
 /// aligned, or of the gradients it stores as bf16 pairs (∂v, ∂z) that is not 4-byte aligned,
