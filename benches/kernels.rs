@@ -851,9 +851,11 @@ fn bench_backward_one<T: Activation>(
         .alloc_zeros::<T>(b * s * h * p)
         .expect("allocating a benchmark buffer");
     let inputs = dev.views();
-    let ws_len = backward::workspace_len(&bwd_cfg).expect("workspace size");
+    // The figure reported is the workspace of the path `backward` takes here
+    // (`workspace_len_on`); the allocation covers every path, for the pinned chunked run below.
+    let ws_len = backward::workspace_len_on(gpu, &bwd_cfg).expect("workspace size");
     let mut workspace = stream
-        .alloc_zeros::<f32>(ws_len)
+        .alloc_zeros::<f32>(backward::workspace_len(&bwd_cfg).expect("workspace size"))
         .expect("allocating the backward workspace");
     let mut grads = backward::backward_alloc(gpu, stream, &bwd_cfg, &inputs, &dout.as_view())
         .expect("allocating the gradients");

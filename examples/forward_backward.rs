@@ -143,15 +143,15 @@ fn train_step<T: Activation>(gpu: &Gpu, geometry: Mamba3Geometry) -> Result<()> 
     );
     println!(
         "backward kernels: {:?}",
-        backward::dispatch_paths(&config, gpu.max_shared_memory_optin())
+        backward::dispatch_paths_on_gpu(gpu, &config)
     );
 
     let out_len = geometry.batch * geometry.seq_len * geometry.heads * inputs.output_width();
     let mut out = stream.alloc_zeros::<T>(out_len)?;
     let mut forward_workspace =
         stream.alloc_zeros::<f32>(forward::workspace_len(&config, gpu.sm_count()).max(1))?;
-    let mut workspace =
-        stream.alloc_zeros::<f32>(backward::workspace_len(&config).ok_or("workspace size")?)?;
+    let mut workspace = stream
+        .alloc_zeros::<f32>(backward::workspace_len_on(gpu, &config).ok_or("workspace size")?)?;
     let checkpoints = backward::forward_for_backward(
         gpu,
         &stream,

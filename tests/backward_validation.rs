@@ -4,7 +4,8 @@
 mod common;
 
 use mamba3::backward::{
-    dispatch_paths, expected_gradient_lens, validate_backward, workspace_len, GradientLens,
+    dispatch_paths, expected_gradient_lens, validate_backward, workspace_len, workspace_len_for,
+    BackwardPath, GradientLens,
 };
 use mamba3::forward::{Dtype, ForwardConfig, ForwardLens};
 use mamba3::{Error, OutputMode, Rotation};
@@ -392,4 +393,37 @@ fn benchmark_geometry(
         chunk_size,
         ..config(OutputMode::Gated)
     }
+}
+
+/// The tensor-core backward's workspace holds what its kernels store: the state entering each
+/// chunk of 16 and the per-head q/k gradients as bf16 (two per f32 element), θ entering each
+/// chunk as (hi, lo) f32 pairs, and the per-(b, h) parameter slots (no split regions at
+/// B·H = 512, above `SPLIT_SLOTS`): about half the token-serial layout, which `workspace_len`
+/// (every path) still covers. The f32 call has no tensor-core layout.
+#[test]
+fn tensor_core_workspace_holds_bf16_checkpoints_and_partials() {
+    let c = benchmark_geometry(64, 8, 2048, 16);
+    let (b, h, s, r, n, p, na) = (8u64, 64u64, 2048u64, 4u64, 128u64, 64u64, 32u64);
+    let chunks = s / 16;
+    let slot_len = mamba3_abi::BackwardSlots::new(r as u32, n as u32, p as u32).len as u64;
+    let want = b * h * chunks * p * n / 2
+        + b * h * chunks * na * 2
+        + 2 * (b * s * r * h * n / 2)
+        + b * h * slot_len;
+    let tc = workspace_len_for(&c, BackwardPath::TensorCore).unwrap() as u64;
+    assert_eq!(tc, want);
+    let any = workspace_len(&c).unwrap() as u64;
+    let serial = workspace_len_for(&c, BackwardPath::TokenSerial).unwrap() as u64;
+    assert_eq!(any, serial.max(tc));
+    assert!(2 * tc < any + b * h * slot_len, "{tc} vs {any}");
+    eprintln!(
+        "workspace at H = 64, B = 8, S = 2048: tensor-core {:.2} GB, every path {:.2} GB",
+        4.0 * tc as f64 / 1e9,
+        4.0 * any as f64 / 1e9
+    );
+    let f32_call = ForwardConfig {
+        dtype: Dtype::F32,
+        ..c
+    };
+    assert_eq!(workspace_len_for(&f32_call, BackwardPath::TensorCore), None);
 }

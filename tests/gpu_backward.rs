@@ -14,8 +14,8 @@ use std::sync::Arc;
 use half::bf16;
 use mamba3::backward::{
     backward, backward_path, backward_with_checkpoints, backward_with_path, dispatch_paths,
-    dispatch_paths_on_gpu, forward_for_backward, workspace_len, BackwardCheckpoints, BackwardPath,
-    GradientsMut,
+    dispatch_paths_on_gpu, forward_for_backward, workspace_len, workspace_len_for,
+    workspace_len_on, BackwardCheckpoints, BackwardPath, GradientsMut,
 };
 use mamba3::cuda::{CudaSlice, CudaStream, CudaViewMut};
 use mamba3::forward::{self, Activation, ForwardConfig, ForwardInputs};
@@ -143,7 +143,15 @@ fn run_gpu<T: Activation>(
     let mut dmo = inp.mimo_o.as_ref().map(|_| poison::<f32>(s, mimo));
     let mut dd = inp.d.as_ref().map(|_| poison::<f32>(s, h));
     let mut dnw = inp.norm.as_ref().map(|_| poison::<f32>(s, h * p));
-    let mut ws = poison::<f32>(s, workspace_len(&cfg).expect("workspace size"));
+    // Exactly the workspace the path's layout needs (the tensor-core one is about half the
+    // token-serial one), so that a region past its end would be caught.
+    let path = match run {
+        Run::Path(path) => path,
+        Run::TrainingStep => BackwardPath::TensorCore,
+    };
+    let ws_len = workspace_len_for(&cfg, path).expect("workspace size");
+    assert!(ws_len <= workspace_len(&cfg).expect("workspace size"));
+    let mut ws = poison::<f32>(s, ws_len);
     {
         let inputs = dev.views();
         let mut grads = GradientsMut {
@@ -659,7 +667,10 @@ fn backward_rejects_bad_arguments_before_launch() {
         &up_act(&s, &dout_host).as_view(),
     )
     .expect("allocating backward");
-    let mut ws = poison::<f32>(&s, workspace_len(&cfg).unwrap());
+    // The chunked path's own workspace (`workspace_len_on`), so that one element less is short.
+    let ws_len = workspace_len_on(&gpu, &cfg).unwrap();
+    assert_eq!(Some(ws_len), workspace_len_for(&cfg, BackwardPath::Chunked));
+    let mut ws = poison::<f32>(&s, ws_len);
     // The backward must refuse the call, naming `arg`.
     let expect_rejected = |dout: &CudaSlice<f32>,
                            grads: &mut GradientsMut<'_, f32>,
@@ -769,6 +780,45 @@ fn backward_rejects_bad_arguments_before_launch() {
         let err = result.unwrap_err();
         eprintln!("rejected: {err}");
         assert_invalid_argument(&err, "workspace");
+        // The tensor-core backward runs in exactly its own (smaller) layout and refuses one
+        // element less (the view's start kept 16-byte aligned, so the path does not change).
+        let tc_dout = up_act::<bf16>(&s, &random_dout::<bf16>(&tc, 6));
+        let mut tc_grads = mamba3::backward::backward_alloc(
+            &gpu,
+            &s,
+            &tc_cfg,
+            &tc_dev.views(),
+            &tc_dout.as_view(),
+        )
+        .expect("the tensor-core backward, allocating");
+        let need = workspace_len_on(&gpu, &tc_cfg).unwrap();
+        assert_eq!(
+            Some(need),
+            workspace_len_for(&tc_cfg, BackwardPath::TensorCore)
+        );
+        let mut tc_ws = poison::<f32>(&s, need);
+        let err = backward(
+            &gpu,
+            &s,
+            &tc_cfg,
+            &tc_dev.views(),
+            &tc_dout.as_view(),
+            &mut tc_grads.as_views_mut(),
+            &mut tc_ws.slice_mut(..need - 1),
+        )
+        .unwrap_err();
+        eprintln!("rejected: {err}");
+        assert_invalid_argument(&err, "workspace");
+        backward(
+            &gpu,
+            &s,
+            &tc_cfg,
+            &tc_dev.views(),
+            &tc_dout.as_view(),
+            &mut tc_grads.as_views_mut(),
+            &mut tc_ws.as_view_mut(),
+        )
+        .expect("the tensor-core backward in exactly its workspace");
     }
 
     // A state too large for the per-head kernel's shared memory: the typed error names both.

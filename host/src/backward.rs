@@ -3,8 +3,10 @@
 //!
 //! * [`backward`]: validates, then enqueues two or three kernels ([`dispatch_paths`]) on the
 //!   caller's stream, writing into caller-provided gradient buffers ([`GradientsMut`]) and a
-//!   caller-provided f32 workspace of [`workspace_len`] elements; it never allocates or
-//!   synchronizes. [`backward_with_path`] pins the per-head kernel ([`BackwardPath`]).
+//!   caller-provided f32 workspace; it never allocates or synchronizes. The workspace needs
+//!   [`workspace_len_on`] elements (the path the device takes; the tensor-core layout is about
+//!   half the others) or [`workspace_len`] (enough for every path). [`backward_with_path`] pins
+//!   the per-head kernel ([`BackwardPath`]; [`workspace_len_for`] that path).
 //! * [`forward_for_backward`] then [`backward_with_checkpoints`]: a training step. The forward
 //!   writes the tensor-core backward's checkpoints (the state and θ entering every chunk) into
 //!   the backward's workspace as it runs, and the backward skips its checkpoint sweep (H200, bf16,
@@ -496,6 +498,20 @@ fn workspace_parts(config: &ForwardConfig, path: BackwardPath) -> Option<Backwar
         ws.seg = 0;
     }
     if path == BackwardPath::TensorCore {
+        // What the tensor-core kernels store: the states entering each chunk and the per-head
+        // q/k gradients as bf16 (two per f32 element), θ entering each chunk (not each token) as
+        // (hi, lo) pairs; each region a multiple of four elements, so every region starts
+        // 16-byte aligned.
+        let whole = |x: u64| x.div_ceil(4).saturating_mul(4);
+        let chunks = u(config.seq_len.div_ceil(TENSOR_CORE_CHUNK));
+        ws.ckpt = whole(ws.ckpt.div_ceil(2));
+        ws.cs = whole(
+            u(config.batch)
+                .saturating_mul(u(config.heads))
+                .saturating_mul(chunks)
+                .saturating_mul(2 * u(config.num_angles)),
+        );
+        ws.dqkh = whole(ws.dqkh.div_ceil(2));
         let (adj, decay, tokens) = split_parts(config);
         ws.split = adj + decay + tokens;
         ws.slots = ws.slots.saturating_mul(split_capacity(config) as u64 + 1);
@@ -527,12 +543,30 @@ fn split_parts(config: &ForwardConfig) -> (u64, u64, u64) {
 
 /// f32 elements of the workspace [`backward`] needs for `config` on any path (state
 /// checkpoints, cos/sin of every θ, per-head q/k gradients, per-(b, h) parameter partials);
-/// `None` when a size overflows `usize`.
+/// `None` when a size overflows `usize`. The largest of [`workspace_len_for`] over the paths:
+/// enough whatever path a call takes (e.g. a tensor-core call whose views turn out misaligned
+/// runs the chunked or token-serial backward).
 pub fn workspace_len(config: &ForwardConfig) -> Option<usize> {
     let serial = total(workspace_parts(config, BackwardPath::TokenSerial)?);
     let chunked = workspace_parts(config, BackwardPath::Chunked).map_or(0, total);
     let tensor_core = workspace_parts(config, BackwardPath::TensorCore).map_or(0, total);
     usize::try_from(serial.max(chunked).max(tensor_core)).ok()
+}
+
+/// f32 elements of the workspace a backward of `config` on `path` needs; `None` when a size
+/// overflows `usize` or the path does not take the geometry. The tensor-core path stores its
+/// checkpoints and per-head partials as bf16 and θ once per chunk, so its workspace is about
+/// half the token-serial one (benchmark geometry H = 64, B = 8, S = 2048: 3.24 GB against 6.98 GB).
+pub fn workspace_len_for(config: &ForwardConfig, path: BackwardPath) -> Option<usize> {
+    usize::try_from(total(workspace_parts(config, path)?)).ok()
+}
+
+/// [`workspace_len_for`] the path [`backward`] takes on `gpu` for `config` with 16-byte aligned
+/// views ([`backward_path`]): the least workspace such a call accepts. A call whose views are
+/// misaligned for the tensor-core path falls back to another path and then needs that path's
+/// workspace ([`workspace_len`] covers every path).
+pub fn workspace_len_on(gpu: &Gpu, config: &ForwardConfig) -> Option<usize> {
+    workspace_len_for(config, backward_path(config, gpu.max_shared_memory_optin()))
 }
 
 /// Dynamic shared memory of the token-serial backward kernel for `config`, in bytes (saturating).
@@ -598,14 +632,58 @@ fn grad_rule(arg: &'static str, actual: Option<usize>, expected: Option<usize>) 
 }
 
 /// Checks a config, the input lengths (`inputs.out` is ignored), `dout`, the gradient lengths and
-/// the workspace length: every rule of [`backward`] that does not need the device. Errors name
-/// the argument, its value and the rule.
+/// the workspace length (at least [`workspace_len`], enough for every path): every rule of
+/// [`backward`] that does not need the device. Errors name the argument, its value and the rule.
 pub fn validate_backward(
     config: &ForwardConfig,
     inputs: &ForwardLens,
     dout: usize,
     grads: &GradientLens,
     workspace: usize,
+) -> Result<()> {
+    validate_backward_lens(config, inputs, dout, grads)?;
+    let ws = workspace_len(config).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
+    if workspace < ws {
+        return Err(Error::invalid(
+            "workspace",
+            format!("{workspace} elements"),
+            format!("must hold at least workspace_len(config) = {ws} f32 elements"),
+        ));
+    }
+    Ok(())
+}
+
+/// The workspace rule of a call on `path`: at least [`workspace_len_for`] that path.
+fn validate_workspace_for(
+    config: &ForwardConfig,
+    path: BackwardPath,
+    workspace: usize,
+) -> Result<()> {
+    let ws = workspace_len_for(config, path).ok_or_else(|| {
+        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
+    })?;
+    if workspace < ws {
+        return Err(Error::invalid(
+            "workspace",
+            format!("{workspace} elements"),
+            format!(
+                "must hold at least workspace_len_for(config, {path:?}) = {ws} f32 elements \
+                 (the {path:?} backward's layout; a tensor-core call whose views are not \
+                 16-byte aligned runs another path: workspace_len(config) covers every path)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// [`validate_backward`] without the workspace rule.
+fn validate_backward_lens(
+    config: &ForwardConfig,
+    inputs: &ForwardLens,
+    dout: usize,
+    grads: &GradientLens,
 ) -> Result<()> {
     let want = config
         .expected_lens(false)
@@ -650,16 +728,6 @@ pub fn validate_backward(
     grad_rule("grads.mimo_o", grads.mimo_o, g.mimo_o)?;
     grad_rule("grads.d", grads.d, g.d)?;
     grad_rule("grads.norm_weight", grads.norm_weight, g.norm_weight)?;
-    let ws = workspace_len(config).ok_or_else(|| {
-        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
-    })?;
-    if workspace < ws {
-        return Err(Error::invalid(
-            "workspace",
-            format!("{workspace} elements"),
-            format!("must hold at least workspace_len(config) = {ws} f32 elements"),
-        ));
-    }
     Ok(())
 }
 
@@ -819,7 +887,8 @@ struct ForwardArgs(ForwardParams);
 unsafe impl DeviceRepr for ForwardArgs {}
 
 /// Validates everything, then enqueues the backward of `config` on `stream`: `grads` receives
-/// every gradient, `workspace` (at least [`workspace_len`] f32 elements) is scratch. Never
+/// every gradient, `workspace` (at least [`workspace_len_for`] the path the call takes, e.g.
+/// [`workspace_len_on`] with aligned views; [`workspace_len`] always suffices) is scratch. Never
 /// allocates and never synchronizes.
 ///
 /// Errors (before any launch): [`Error::InvalidArgument`] naming the argument, its value and the
@@ -898,13 +967,7 @@ fn backward_impl<T: Activation>(
         out: 0,
         states: None,
     };
-    validate_backward(
-        config,
-        &input_lens,
-        dout.len(),
-        &grads.lens(),
-        workspace.len(),
-    )?;
+    validate_backward_lens(config, &input_lens, dout.len(), &grads.lens())?;
     let (ckpt_kernel, head, reduce) = kernels_for(config, path);
     let (smem, seg_len) = match path {
         BackwardPath::TensorCore => {
@@ -938,6 +1001,7 @@ fn backward_impl<T: Activation>(
             (chunked_smem(config, chunk), chunk)
         }
     };
+    validate_workspace_for(config, path, workspace.len())?;
     let smem = u32::try_from(smem).map_err(|_| Error::SharedMemory {
         kernel: head.symbol(),
         needed: usize::try_from(smem).unwrap_or(usize::MAX),
@@ -1274,15 +1338,16 @@ pub fn forward_for_backward<T: Activation>(
         backward_path(config, gpu.max_shared_memory_optin()) == BackwardPath::TensorCore;
     let parts = workspace_parts(config, BackwardPath::TensorCore).filter(|_| tensor_core);
     if let Some(parts) = parts {
-        // The tensor-core backward's layout (the largest of every path's is `workspace_len`,
-        // which the backward checks against its own config).
+        // The tensor-core backward's layout (`workspace_len_for`; the backward checks the
+        // same figure for its own config).
         let need = total(parts);
         if (workspace.len() as u64) < need {
             return Err(Error::invalid(
                 "workspace",
                 format!("{} elements", workspace.len()),
                 format!(
-                    "must hold at least the tensor-core backward's {need} f32 elements                      (backward::workspace_len)"
+                    "must hold at least the tensor-core backward's {need} f32 elements \
+                     (backward::workspace_len_for)"
                 ),
             ));
         }
@@ -1393,12 +1458,24 @@ pub fn backward_alloc<T: Activation>(
     dout: &CudaView<'_, T>,
 ) -> Result<Gradients<T>> {
     let mut grads = Gradients::<T>::alloc(stream, config, inputs.norm_weight.is_some())?;
-    let ws_len = workspace_len(config).ok_or_else(|| {
-        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
-    })?;
-    let mut workspace = stream
-        .alloc_zeros::<f32>(ws_len)
-        .map_err(Error::driver("allocating the backward workspace"))?;
+    // The layout of the path the call takes: `workspace_len_on`'s, unless a misaligned input
+    // sends a tensor-core call down another path.
+    let overflow = || Error::invalid("seq_len", config.seq_len, "workspace size overflows usize");
+    let alloc = |len: usize| {
+        stream
+            .alloc_zeros::<f32>(len)
+            .map_err(Error::driver("allocating the backward workspace"))
+    };
+    let ws_len = workspace_len_on(gpu, config).ok_or_else(overflow)?;
+    let mut workspace = alloc(ws_len)?;
+    let path = {
+        let mut views = grads.as_views_mut();
+        let mut ws = workspace.as_view_mut();
+        call_path(gpu, stream, config, inputs, dout, &mut views, &mut ws)
+    };
+    if workspace_len_for(config, path).is_none_or(|need| need > ws_len) {
+        workspace = alloc(workspace_len(config).ok_or_else(overflow)?)?;
+    }
     {
         let mut views = grads.as_views_mut();
         let mut ws = workspace.as_view_mut();
