@@ -482,15 +482,6 @@ fn tensor_core_backward_matches_golden_on_upstream_geometries() {
     );
 }
 
-/// Puts [`Gpu::wgmma_kernels`] back on when dropped (also when the test fails).
-struct WgmmaKernelsOn<'a>(&'a Gpu);
-
-impl Drop for WgmmaKernelsOn<'_> {
-    fn drop(&mut self) {
-        self.0.set_wgmma_kernels(true);
-    }
-}
-
 /// `dispatch_paths_on_gpu` names the checkpoint sweep the device runs: its `wgmma` twin on
 /// compute capability 9.0 while the twins are on (as the grids above run it), the `mma.sync`
 /// sweep otherwise, and the split sweep's segment-state pass likewise (H = 64, B = 1 splits it).
@@ -499,7 +490,7 @@ fn backward_dispatch_names_the_sweep_the_device_runs() {
     let Some(gpu) = common::gpu() else {
         return;
     };
-    let _restore = WgmmaKernelsOn(&gpu);
+    let _restore = common::device::WgmmaKernelsOn(&gpu);
     let inp = Mamba3Inputs::random(
         geo(1, 2048, 4, 1, 64, 128, 64, 32),
         opts(Rotation::HalfSplit, OutputMode::Gated, true, true),
@@ -797,28 +788,24 @@ fn backward_rejects_bad_arguments_before_launch() {
             workspace_len_for(&tc_cfg, BackwardPath::TensorCore)
         );
         let mut tc_ws = poison::<f32>(&s, need);
-        let err = backward(
-            &gpu,
-            &s,
-            &tc_cfg,
-            &tc_dev.views(),
-            &tc_dout.as_view(),
-            &mut tc_grads.as_views_mut(),
-            &mut tc_ws.slice_mut(..need - 1),
-        )
-        .unwrap_err();
-        eprintln!("rejected: {err}");
-        assert_invalid_argument(&err, "workspace");
-        backward(
-            &gpu,
-            &s,
-            &tc_cfg,
-            &tc_dev.views(),
-            &tc_dout.as_view(),
-            &mut tc_grads.as_views_mut(),
-            &mut tc_ws.as_view_mut(),
-        )
-        .expect("the tensor-core backward in exactly its workspace");
+        for len in [need - 1, need] {
+            let result = backward(
+                &gpu,
+                &s,
+                &tc_cfg,
+                &tc_dev.views(),
+                &tc_dout.as_view(),
+                &mut tc_grads.as_views_mut(),
+                &mut tc_ws.slice_mut(..len),
+            );
+            if len < need {
+                let err = result.unwrap_err();
+                eprintln!("rejected: {err}");
+                assert_invalid_argument(&err, "workspace");
+            } else {
+                result.expect("the tensor-core backward in exactly its workspace");
+            }
+        }
     }
 
     // A state too large for the per-head kernel's shared memory: the typed error names both.

@@ -393,15 +393,6 @@ fn forward_matches_golden_on_the_grid_at_s256() {
     run_grid(&gpu, &upstream_cases_at(256, 4), "grid at S=256", 3000);
 }
 
-/// Turns the device's `wgmma` kernels back on when dropped (also when the test fails).
-struct WgmmaKernelsOn<'a>(&'a Gpu);
-
-impl Drop for WgmmaKernelsOn<'_> {
-    fn drop(&mut self) {
-        self.0.set_wgmma_kernels(true);
-    }
-}
-
 /// On compute capability 9.0 the bf16 tensor-core forward runs as its `wgmma` twin, which every
 /// other test here then exercises; this one checks that the dispatch reports the twin and runs
 /// the `mma.sync` kernel on the same device too (the benchmark geometry of upstream's grid, G = 1
@@ -418,7 +409,7 @@ fn forward_dispatch_names_the_wgmma_kernel_and_the_mma_kernel_still_matches_gold
     let config = config_of::<bf16>(&inp, cases[0].chunk);
     let wg = "forward_wg_bf16_r4_n128_p64_na32_c16";
     let mma = "forward_mma_bf16_r4_n128_p64_na32_c16";
-    let _restore = WgmmaKernelsOn(&gpu);
+    let _restore = common::device::WgmmaKernelsOn(&gpu);
     if !gpu.wgmma_kernels() {
         assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&wg));
         eprintln!(

@@ -642,17 +642,9 @@ pub fn validate_backward(
     workspace: usize,
 ) -> Result<()> {
     validate_backward_lens(config, inputs, dout, grads)?;
-    let ws = workspace_len(config).ok_or_else(|| {
-        Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
-    })?;
-    if workspace < ws {
-        return Err(Error::invalid(
-            "workspace",
-            format!("{workspace} elements"),
-            format!("must hold at least workspace_len(config) = {ws} f32 elements"),
-        ));
-    }
-    Ok(())
+    require_workspace(config, workspace, workspace_len(config), |ws| {
+        format!("must hold at least workspace_len(config) = {ws} f32 elements")
+    })
 }
 
 /// The workspace rule of a call on `path`: at least [`workspace_len_for`] that path.
@@ -661,18 +653,31 @@ fn validate_workspace_for(
     path: BackwardPath,
     workspace: usize,
 ) -> Result<()> {
-    let ws = workspace_len_for(config, path).ok_or_else(|| {
+    require_workspace(config, workspace, workspace_len_for(config, path), |ws| {
+        format!(
+            "must hold at least workspace_len_for(config, {path:?}) = {ws} f32 elements (the \
+             {path:?} backward's layout; a tensor-core call whose views are not 16-byte aligned \
+             runs another path: workspace_len(config) covers every path)"
+        )
+    })
+}
+
+/// `workspace` elements against the `need` of a layout (`None`: its size overflows), the rule
+/// worded by `rule(need)`.
+fn require_workspace(
+    config: &ForwardConfig,
+    workspace: usize,
+    need: Option<usize>,
+    rule: impl FnOnce(usize) -> String,
+) -> Result<()> {
+    let need = need.ok_or_else(|| {
         Error::invalid("seq_len", config.seq_len, "workspace size overflows usize")
     })?;
-    if workspace < ws {
+    if workspace < need {
         return Err(Error::invalid(
             "workspace",
             format!("{workspace} elements"),
-            format!(
-                "must hold at least workspace_len_for(config, {path:?}) = {ws} f32 elements \
-                 (the {path:?} backward's layout; a tensor-core call whose views are not \
-                 16-byte aligned runs another path: workspace_len(config) covers every path)"
-            ),
+            rule(need),
         ));
     }
     Ok(())
@@ -799,15 +804,11 @@ pub fn dispatch_paths_on(
 /// `wgmma` twins of the checkpoint sweep and its segment-state pass where
 /// [`Gpu::wgmma_kernels`] is on (the kernels the device actually runs).
 pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static str> {
-    dispatch_paths_on(config, gpu.max_shared_memory_optin(), gpu.sm_count())
-        .into_iter()
-        .map(|symbol| {
-            Kernel::ALL
-                .iter()
-                .find(|k| k.symbol() == symbol)
-                .map_or(symbol, |k| gpu.preferred(*k).symbol())
-        })
-        .collect()
+    gpu.preferred_symbols(dispatch_paths_on(
+        config,
+        gpu.max_shared_memory_optin(),
+        gpu.sm_count(),
+    ))
 }
 
 /// The first of the views the tensor-core backward copies with 16-byte `cp.async` (q, k, v, z,

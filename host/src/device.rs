@@ -197,6 +197,20 @@ impl Gpu {
         }
     }
 
+    /// Kernel symbols (a `dispatch_paths` list) with each kernel replaced by the one
+    /// [`Gpu::preferred`] launches in its place on this device.
+    pub(crate) fn preferred_symbols(&self, symbols: Vec<&'static str>) -> Vec<&'static str> {
+        symbols
+            .into_iter()
+            .map(|symbol| {
+                Kernel::ALL
+                    .iter()
+                    .find(|k| k.symbol() == symbol)
+                    .map_or(symbol, |k| self.preferred(*k).symbol())
+            })
+            .collect()
+    }
+
     fn function(&self, kernel: Kernel) -> Result<&CudaFunction> {
         let slot = &self.functions[kernel.index()];
         if let Some(f) = slot.get() {

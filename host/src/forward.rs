@@ -611,15 +611,11 @@ pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&
 /// [`dispatch_paths_with_workspace`] for `gpu` as it stands (its SM count, shared-memory limit and
 /// [`Gpu::wgmma_kernels`]).
 pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static str> {
-    dispatch_paths_with_workspace(config, gpu.sm_count(), gpu.max_shared_memory_optin())
-        .into_iter()
-        .map(|symbol| {
-            Kernel::ALL
-                .iter()
-                .find(|k| k.symbol() == symbol)
-                .map_or(symbol, |k| gpu.preferred(*k).symbol())
-        })
-        .collect()
+    gpu.preferred_symbols(dispatch_paths_with_workspace(
+        config,
+        gpu.sm_count(),
+        gpu.max_shared_memory_optin(),
+    ))
 }
 
 /// Most segments one (head, batch) row is split into.

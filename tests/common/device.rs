@@ -139,3 +139,13 @@ impl<T: Activation> DeviceInputs<T> {
         }
     }
 }
+
+/// Turns the device's `wgmma` kernels back on when dropped (also when the test that switched
+/// them off fails).
+pub struct WgmmaKernelsOn<'a>(pub &'a mamba3::Gpu);
+
+impl Drop for WgmmaKernelsOn<'_> {
+    fn drop(&mut self) {
+        self.0.set_wgmma_kernels(true);
+    }
+}
