@@ -672,13 +672,26 @@ fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
     const DRIVER_BYTES_PER_BLOCK: u32 = 1024;
     const { assert!(2 * (forward_mma_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES) };
     const { assert!(2 * (forward_tf32_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES) };
-    for entry in [
-        "forward_mma_bf16_r4_n128_p64_na32_c16",
-        "forward_mma_short_bf16_r4_n128_p64_na32_c16",
-        "segment_state_mma_bf16_r4_n128_p64_na32_c16",
-        "forward_mma_f32_r4_n128_p64_na32_c16",
-        "segment_state_mma_f32_r4_n128_p64_na32_c16",
-    ] {
+    // Every kernel launched with the tensor-core forward's block: the forward's forms, their
+    // `wgmma` twins, their segment-state passes and the backward's checkpoint sweeps.
+    let launched_like_the_forward = |symbol: &str| {
+        [
+            "forward_mma_",
+            "forward_wg_",
+            "forward_ckpt_mma_",
+            "segment_state_mma_",
+        ]
+        .iter()
+        .chain(&["segment_state_wg_", "backward_ckpt_"])
+        .any(|family| symbol.starts_with(family))
+    };
+    let entries: Vec<_> = mamba3::Kernel::ALL
+        .iter()
+        .map(|k| k.symbol())
+        .filter(|s| launched_like_the_forward(s))
+        .collect();
+    assert!(entries.len() >= 9, "{entries:?}");
+    for entry in entries {
         let bound = LAUNCH_BOUNDS
             .iter()
             .find(|b| entry.starts_with(b.prefix))

@@ -555,9 +555,16 @@ pub struct LaunchBounds {
 
 /// Launch bounds of every kernel family that declares them (first matching row wins).
 pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
-    // The tensor-core forward and its segment-state pass: two blocks per SM (shared memory).
+    // The tensor-core forward, its `wgmma` twin and their segment-state passes: two blocks per SM
+    // (shared memory). These rows come before the chunked kernels' `forward_` and
+    // `segment_state_` rows, which would otherwise claim the twins.
     LaunchBounds {
         prefix: "forward_mma_",
+        max_threads: FORWARD_MMA_THREADS,
+        min_blocks_per_sm: 2,
+    },
+    LaunchBounds {
+        prefix: "forward_wg_",
         max_threads: FORWARD_MMA_THREADS,
         min_blocks_per_sm: 2,
     },
@@ -566,9 +573,20 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
         max_threads: FORWARD_MMA_THREADS,
         min_blocks_per_sm: 2,
     },
-    // The tensor-core forward writing the backward's checkpoints, as the forward.
+    LaunchBounds {
+        prefix: "segment_state_wg_",
+        max_threads: FORWARD_MMA_THREADS,
+        min_blocks_per_sm: 2,
+    },
+    // The tensor-core forward writing the backward's checkpoints, and the backward's checkpoint
+    // sweeps (the forward's state pass, both forms), as the forward; before the `backward_` row.
     LaunchBounds {
         prefix: "forward_ckpt_mma_",
+        max_threads: FORWARD_MMA_THREADS,
+        min_blocks_per_sm: 2,
+    },
+    LaunchBounds {
+        prefix: "backward_ckpt_",
         max_threads: FORWARD_MMA_THREADS,
         min_blocks_per_sm: 2,
     },
