@@ -674,21 +674,18 @@ fn tensor_core_forward_fits_two_blocks_per_hopper_sm() {
     const { assert!(2 * (forward_tf32_smem::BYTES + DRIVER_BYTES_PER_BLOCK) <= SM_BYTES) };
     // Every kernel launched with the tensor-core forward's block: the forward's forms, their
     // `wgmma` twins, their segment-state passes and the backward's checkpoint sweeps.
-    let launched_like_the_forward = |symbol: &str| {
-        [
-            "forward_mma_",
-            "forward_wg_",
-            "forward_ckpt_mma_",
-            "segment_state_mma_",
-        ]
-        .iter()
-        .chain(&["segment_state_wg_", "backward_ckpt_"])
-        .any(|family| symbol.starts_with(family))
-    };
+    const FAMILIES: [&str; 6] = [
+        "forward_mma_",
+        "forward_wg_",
+        "forward_ckpt_mma_",
+        "segment_state_mma_",
+        "segment_state_wg_",
+        "backward_ckpt_",
+    ];
     let entries: Vec<_> = mamba3::Kernel::ALL
         .iter()
         .map(|k| k.symbol())
-        .filter(|s| launched_like_the_forward(s))
+        .filter(|s| FAMILIES.iter().any(|family| s.starts_with(family)))
         .collect();
     assert!(entries.len() >= 9, "{entries:?}");
     for entry in entries {
