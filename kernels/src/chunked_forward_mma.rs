@@ -73,7 +73,7 @@ use crate::arch::sreg::{
 use crate::arch::wgmma;
 use crate::chunked_forward::split_f64;
 use crate::elem::{ldg, stg, Bf16, Elem};
-use crate::math::{exp, rsqrt, sigmoid_rcp, silu_rcp, sincos};
+use crate::math::{exp, mul_silu_tanh_approx, rsqrt, sigmoid_rcp, sincos};
 use crate::smem::{ld_shared_f64, st_shared_f64};
 
 const R: u32 = 4;
@@ -1195,6 +1195,8 @@ pub(crate) trait EpilogueIo {
     unsafe fn pair(addr: u32) -> [f32; 2];
     /// Stores two consecutive output elements at element index `at` of `out`.
     unsafe fn store(out: u64, at: usize, v: [f32; 2]);
+    /// `y·silu(x)`, the gate, to this output dtype's precision.
+    fn gated(y: f32, x: f32) -> f32;
 }
 
 /// This kernel's [`EpilogueIo`]: packed bf16 words.
@@ -1213,6 +1215,12 @@ impl EpilogueIo for Bf16Io {
     unsafe fn store(out: u64, at: usize, v: [f32; 2]) {
         // SAFETY: the caller's index is inside the output (4-byte aligned: `at` is even).
         unsafe { st_global_u32(out + 2 * at as u64, pack_bf16x2(v[0], v[1])) };
+    }
+    #[inline(always)]
+    fn gated(y: f32, x: f32) -> f32 {
+        // One `MUFU` where `silu_rcp` takes two, on the chain that bounds this phase; its error
+        // is far below the bf16 output's rounding.
+        mul_silu_tanh_approx(y, x)
     }
 }
 
@@ -1309,8 +1317,8 @@ pub(crate) unsafe fn phase_epilogue<Io: EpilogueIo, const FULL: bool>(
                         let col = 16 * w + 8 * j as u32 + 2 * t4;
                         let [z0, z1] = Io::pair(bank_at + Io::Z + row_bytes * i + Io::ELEM * col);
                         let s = 2 * half as usize;
-                        yj[s] *= silu_rcp(z0 * cp.mimo_z[j][0]);
-                        yj[s + 1] *= silu_rcp(z1 * cp.mimo_z[j][1]);
+                        yj[s] = Io::gated(yj[s], z0 * cp.mimo_z[j][0]);
+                        yj[s + 1] = Io::gated(yj[s + 1], z1 * cp.mimo_z[j][1]);
                     }
                 }
             }
@@ -1342,6 +1350,12 @@ pub(crate) unsafe fn phase_epilogue<Io: EpilogueIo, const FULL: bool>(
             // Lane-dependent choices are selects, never register-array indices (which would put
             // the accumulators in local memory).
             let (upper, odd) = (r >> 1 == 1, r & 1 == 1);
+            let (half, j) = (r >> 1, r & 1);
+            // The row tiles' outputs are 4 tokens apart: one base index, a multiple added per tile.
+            let i0 = g / 4 + 2 * half;
+            let col = 16 * w + 8 * j + 2 * t4;
+            let at0 = ((tok0 + i0 as usize) * bk.heads + bk.h) * P as usize + col as usize;
+            let tile_step = 4 * bk.heads * P as usize;
             for (mt, ym) in y.iter().enumerate() {
                 if past(mt) {
                     continue;
@@ -1363,12 +1377,8 @@ pub(crate) unsafe fn phase_epilogue<Io: EpilogueIo, const FULL: bool>(
                     };
                     *oe = keep + shfl_xor_f32(send, 4);
                 }
-                let (half, j) = (r >> 1, r & 1);
-                let i = 4 * mt as u32 + g / 4 + 2 * half;
-                if i < len {
-                    let col = 16 * w + 8 * j as u32 + 2 * t4;
-                    let at = ((tok0 + i as usize) * bk.heads + bk.h) * P as usize + col as usize;
-                    Io::store(prm.out, at, o);
+                if 4 * mt as u32 + i0 < len {
+                    Io::store(prm.out, at0 + mt * tile_step, o);
                 }
             }
         }

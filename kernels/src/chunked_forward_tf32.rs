@@ -53,6 +53,7 @@ use crate::chunked_forward_mma::{
     transform_pairs, weigh_row_tile_scores, Blk, EpilogueIo, Regions, S_EXPA, S_KSCALE,
 };
 use crate::elem::{ldg, stg};
+use crate::math::silu_rcp;
 use crate::smem::ld_shared_f64;
 use crate::tf32x3::{mma3_add, mma3_add_pair, split, Split};
 
@@ -420,6 +421,10 @@ impl EpilogueIo for F32Io {
             stg(out, at, v[0]);
             stg(out, at + 1, v[1]);
         }
+    }
+    #[inline(always)]
+    fn gated(y: f32, x: f32) -> f32 {
+        y * silu_rcp(x)
     }
 }
 
