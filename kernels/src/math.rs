@@ -73,9 +73,9 @@ pub fn silu_rcp(x: f32) -> f32 {
 }
 
 /// `y·silu(x)` through one `tanh.approx.f32`: `silu(x) = h + h·tanh h` with `h = x/2`. The
-/// sigmoid `(1 + tanh h)/2` is off by at most 2^-12 absolute (`tanh.approx`'s 2^-10.987 relative
-/// error, halved), so the product is off by at most `|x·y|·2^-12`: for gates of bf16 outputs,
-/// whose own rounding is 2^-9 relative; float32 outputs keep [`silu_rcp`].
+/// sigmoid `(1 + tanh h)/2` is off by at most 2^-11.987 absolute (`tanh.approx`'s 2^-10.987
+/// relative error, halved), so the product is off by at most `|x·y|·2^-11.987` (2.5e-4): for
+/// gates of bf16 outputs, whose own rounding is 2^-9 relative; float32 outputs keep [`silu_rcp`].
 #[inline(always)]
 pub fn mul_silu_tanh_approx(y: f32, x: f32) -> f32 {
     let h = 0.5 * x;
