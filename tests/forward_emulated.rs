@@ -1116,17 +1116,23 @@ fn emulated_kernel_matches_golden_on_gpu_suite_geometries() {
     }
 }
 
+/// Draw `i` of a test over a function's argument: N(0, 3²) at even `i` (where values cluster),
+/// uniform on ±`half_range` at odd `i` (the tails).
+fn wide_draw(rng: &mut mamba3::golden::SplitMix64, i: usize, half_range: f64) -> f32 {
+    if i.is_multiple_of(2) {
+        (rng.normal() * 3.0) as f32
+    } else {
+        rng.uniform_range(-half_range, half_range) as f32
+    }
+}
+
 /// The f64 angle increment matches the float64 definition to ~1e-16 absolute.
 #[test]
 fn angle_increment_is_accurate_in_f64() {
     let mut rng = mamba3::golden::SplitMix64::new(5);
     let mut worst = 0.0f64;
     for i in 0..200_000 {
-        let logit = if i % 2 == 0 {
-            (rng.normal() * 3.0) as f32
-        } else {
-            rng.uniform_range(-40.0, 40.0) as f32
-        };
+        let logit = wide_draw(&mut rng, i, 40.0);
         let dt = rng.uniform_range(0.0, 2.0) as f32;
         let want = std::f64::consts::PI * (logit as f64).tanh() * dt as f64;
         let got = angles::angle_increment(logit, dt);
@@ -1157,11 +1163,7 @@ fn tanh_gate_is_within_its_bound() {
     let mut rng = mamba3::golden::SplitMix64::new(11);
     let mut worst = 0.0f64;
     for i in 0..100_000 {
-        let x = if i % 2 == 0 {
-            (rng.normal() * 3.0) as f32
-        } else {
-            rng.uniform_range(-30.0, 30.0) as f32
-        };
+        let x = wide_draw(&mut rng, i, 30.0);
         let y = rng.normal() as f32;
         let (xd, yd) = (x as f64, y as f64);
         let want = yd * xd / (1.0 + (-xd).exp());

@@ -1349,8 +1349,8 @@ pub(crate) unsafe fn phase_epilogue<Io: EpilogueIo, const FULL: bool>(
             // the lane of rank r ends with the sums of row half `r >> 1`, column tile `r & 1`.
             // Lane-dependent choices are selects, never register-array indices (which would put
             // the accumulators in local memory).
-            let (upper, odd) = (r >> 1 == 1, r & 1 == 1);
             let (half, j) = (r >> 1, r & 1);
+            let (upper, odd) = (half == 1, j == 1);
             // The row tiles' outputs are 4 tokens apart: one base index, a multiple added per tile.
             let i0 = g / 4 + 2 * half;
             let col = 16 * w + 8 * j + 2 * t4;
