@@ -1011,6 +1011,13 @@ fn main() {
     let wgmma =
         gpu.set_wgmma_kernels(std::env::var("MAMBA3_BENCH_WGMMA").map_or(true, |v| v != "0"));
     println!("wgmma kernels: {}", if wgmma { "on" } else { "off" });
+    // `MAMBA3_BENCH_WS=1` runs the warp-specialized forward (off by default) where it applies.
+    let ws =
+        gpu.set_warp_specialized_kernels(std::env::var("MAMBA3_BENCH_WS").is_ok_and(|v| v == "1"));
+    println!(
+        "warp-specialized forward: {}",
+        if ws { "on" } else { "off" }
+    );
     let stream = gpu.context().new_stream().expect("creating a stream");
     let benches: [(&str, Bench); 5] = [
         ("forward", bench_forward),

@@ -49,6 +49,10 @@ mod chunked_forward_tf32;
 mod tf32x3;
 
 #[allow(clippy::all)]
+#[path = "../kernels/src/forward_ws.rs"]
+mod forward_ws;
+
+#[allow(clippy::all)]
 #[path = "../kernels/src/segment_state.rs"]
 mod segment_state;
 
@@ -138,6 +142,9 @@ enum Forward {
     /// The batch-walking short-call kernel (`chunked_forward_mma_units`; calls shorter than C
     /// from an initial state) on a grid of `(H, stride)` blocks.
     TensorCoreUnits { stride: usize },
+    /// The warp-specialized bf16 kernel (`forward_ws_*`, compute capability 9.0: two heads per
+    /// block, a producer and two consumer warpgroups), races checked by happens-before.
+    WarpSpecialized,
 }
 
 impl Forward {
@@ -149,6 +156,7 @@ impl Forward {
             Forward::TensorCoreShort => " tensor-core short",
             Forward::TensorCoreWgmma => " tensor-core wgmma",
             Forward::TensorCoreUnits { .. } => " tensor-core batch-walking",
+            Forward::WarpSpecialized => " warp-specialized",
         }
     }
 }
@@ -285,6 +293,7 @@ fn run_emulated(
             | Forward::TensorCoreShort
             | Forward::TensorCoreWgmma
             | Forward::TensorCoreUnits { .. }
+            | Forward::WarpSpecialized
     );
     let tc_words = if bf16 {
         forward_mma_smem::BYTES
@@ -358,7 +367,17 @@ fn run_emulated(
             || unsafe { segment_state::segment_combine(&combine) },
         );
     }
-    if let Forward::TensorCoreUnits { stride } = forward {
+    if forward == Forward::WarpSpecialized {
+        assert!(bf16 && fixed_geometry(g, chunk, bf16) && init.is_none());
+        assert!((g.heads / g.groups).is_multiple_of(2));
+        emulation::run_grid_hb(
+            (g.heads as u32 / 2, (g.batch * segments) as u32),
+            mamba3_abi::FORWARD_WS_THREADS as usize,
+            mamba3_abi::forward_ws_smem::BYTES as usize / 4,
+            &mem.buffers,
+            || unsafe { forward_ws::forward_ws(&params) },
+        );
+    } else if let Forward::TensorCoreUnits { stride } = forward {
         assert!(bf16 && fixed_geometry(g, chunk, bf16) && g.seq_len < chunk && segments == 1);
         assert!(init.is_some() && stride <= g.batch);
         let params = ForwardParams {
@@ -730,6 +749,62 @@ fn emulated_tensor_core_kernel_matches_golden() {
         }
     }
     eprintln!("emulated tensor-core kernel: worst error bf16 {worst:.2e}, f32 {worst_f32:.2e}");
+}
+
+/// The warp-specialized kernel (bf16, the tensor-core geometry, half-split rotation, gated
+/// output; compute capability 9.0 on the GPU): tails, S = 1, GQA, ±z, ±D, B = 2, whole and split
+/// into segments (the `mma.sync` segment-state pass and the combine pass before it), its
+/// named-barrier hand-offs race-checked by happens-before.
+#[test]
+fn emulated_warp_specialized_kernel_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        (
+            geo(1, 37, 4, 1, 2, 128, 64, 32),
+            opts(HalfSplit, Gated, true, true),
+        ),
+        (
+            geo(2, 16, 4, 2, 4, 128, 64, 32),
+            opts(HalfSplit, Gated, false, true),
+        ),
+        (
+            geo(1, 1, 4, 1, 2, 128, 64, 32),
+            opts(HalfSplit, Gated, true, false),
+        ),
+        (
+            geo(1, 21, 4, 1, 2, 128, 64, 32),
+            opts(HalfSplit, Gated, false, false),
+        ),
+    ];
+    let mut worst = 0.0f64;
+    for (i, (g, o)) in cases.into_iter().enumerate() {
+        let case = Case {
+            geo: g,
+            chunk: 16,
+            opts: o,
+            bf16: true,
+        };
+        let seed = 400 + i as u64;
+        worst = worst.max(check_forward(
+            &case,
+            seed,
+            true,
+            1,
+            Forward::WarpSpecialized,
+        ));
+        if g.seq_len > 16 {
+            let segments = g.seq_len.div_ceil(16).min(3);
+            worst = worst.max(check_forward(
+                &case,
+                seed,
+                true,
+                segments,
+                Forward::WarpSpecialized,
+            ));
+        }
+    }
+    eprintln!("emulated warp-specialized kernel: worst error {worst:.2e}");
 }
 
 /// The tokens after `prefix` of `case`'s random inputs (seed `seed`) and the state they start

@@ -393,6 +393,84 @@ fn forward_matches_golden_on_the_grid_at_s256() {
     run_grid(&gpu, &upstream_cases_at(256, 4), "grid at S=256", 3000);
 }
 
+/// The benchmark geometry's cases of upstream's grid (G = 1 and 2).
+fn tuned_upstream_cases() -> Vec<Case> {
+    let tuned = |c: &Case| {
+        let g = c.geo;
+        (g.rank, g.state_dim, g.head_dim, c.chunk) == (4, 128, 64, 16)
+    };
+    upstream_cases().into_iter().filter(tuned).collect()
+}
+
+/// On compute capability 9.0, switched on, the gated half-split bf16 calls of the benchmark
+/// geometry run the warp-specialized forward (off by default): the dispatch names it, and it
+/// matches golden on upstream's benchmark-geometry cases (G = 1 and 2, split) and on edge calls:
+/// tails and a single chunk, S = 1 (the short-call kernel, which it does not cover), G = 2 with
+/// two heads per group, B = 3, S = 1000 whole and split (where biases rounded to bf16 before the
+/// add had shown as 1.01e-2); then the same edge calls switched off again.
+#[test]
+fn forward_dispatch_names_the_warp_specialized_kernel_and_it_matches_golden() {
+    let gpu = gpu_or_skip!();
+    let cases = tuned_upstream_cases();
+    let inp = Mamba3Inputs::random(cases[0].geo, cases[0].opts, 1).expect("random inputs");
+    let config = config_of::<bf16>(&inp, cases[0].chunk);
+    let ws = "forward_ws_bf16_r4_n128_p64_na32_c16";
+    let _restore = common::device::WarpSpecializedOff(&gpu);
+    assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&ws));
+    if !gpu.set_warp_specialized_kernels(true) {
+        assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&ws));
+        eprintln!(
+            "SKIPPED: compute capability {:?} has no wgmma (the grids ran the tensor-core kernel)",
+            gpu.compute_capability()
+        );
+        return;
+    }
+    assert!(dispatch_paths_on_gpu(&gpu, &config).contains(&ws));
+    run_grid(
+        &gpu,
+        &cases,
+        "warp-specialized kernel, upstream's benchmark geometry",
+        8500,
+    );
+    let gated = |z, d| opts(Rotation::HalfSplit, OutputMode::Gated, z, d);
+    let edge = vec![
+        Case {
+            geo: geo(1, 37, 4, 1, 2, 128, 64, 32),
+            chunk: 16,
+            opts: gated(true, true),
+        },
+        Case {
+            geo: geo(3, 16, 4, 2, 4, 128, 64, 32),
+            chunk: 16,
+            opts: gated(false, true),
+        },
+        Case {
+            geo: geo(1, 1, 4, 1, 2, 128, 64, 32),
+            chunk: 16,
+            opts: gated(true, false),
+        },
+        Case {
+            geo: geo(2, 333, 4, 1, 6, 128, 64, 32),
+            chunk: 16,
+            opts: gated(false, false),
+        },
+        Case {
+            geo: geo(1, 1000, 4, 1, 8, 128, 64, 32),
+            chunk: 16,
+            opts: gated(true, true),
+        },
+    ];
+    run_grid(&gpu, &edge, "warp-specialized kernel, edge calls", 8000);
+    assert!(!gpu.set_warp_specialized_kernels(false));
+    assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&ws));
+    run_grid(
+        &gpu,
+        &edge,
+        "the same calls, warp-specialized kernel off",
+        8000,
+    );
+}
+
 /// On compute capability 9.0 the bf16 tensor-core forward runs as its `wgmma` twin, which every
 /// other test here then exercises; this one checks that the dispatch reports the twin and runs
 /// the `mma.sync` kernel on the same device too (the benchmark geometry of upstream's grid, G = 1
@@ -400,11 +478,7 @@ fn forward_matches_golden_on_the_grid_at_s256() {
 #[test]
 fn forward_dispatch_names_the_wgmma_kernel_and_the_mma_kernel_still_matches_golden() {
     let gpu = gpu_or_skip!();
-    let tuned = |c: &Case| {
-        let g = c.geo;
-        (g.rank, g.state_dim, g.head_dim, c.chunk) == (4, 128, 64, 16)
-    };
-    let cases: Vec<Case> = upstream_cases().into_iter().filter(tuned).collect();
+    let cases = tuned_upstream_cases();
     let inp = Mamba3Inputs::random(cases[0].geo, cases[0].opts, 1).expect("random inputs");
     let config = config_of::<bf16>(&inp, cases[0].chunk);
     let wg = "forward_wg_bf16_r4_n128_p64_na32_c16";

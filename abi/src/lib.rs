@@ -558,6 +558,13 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
     // The tensor-core forward, its `wgmma` twin and their segment-state passes: two blocks per SM
     // (shared memory). These rows come before the chunked kernels' `forward_` and
     // `segment_state_` rows, which would otherwise claim the twins.
+    // The warp-specialized forward: one block of three warpgroups per SM (shared memory); its
+    // warpgroups move registers between them with `setmaxnreg` from the 168 this row leaves each.
+    LaunchBounds {
+        prefix: "forward_ws_",
+        max_threads: FORWARD_WS_THREADS,
+        min_blocks_per_sm: 1,
+    },
     LaunchBounds {
         prefix: "forward_mma_",
         max_threads: FORWARD_MMA_THREADS,
@@ -691,6 +698,10 @@ pub const FORWARD_THREADS: u32 = 256;
 
 /// Threads per block of the tensor-core forward (`forward_mma_*`): four warps.
 pub const FORWARD_MMA_THREADS: u32 = 128;
+
+/// Threads per block of the warp-specialized forward (`forward_ws_*`): three warpgroups, one
+/// producer and two consumers.
+pub const FORWARD_WS_THREADS: u32 = 384;
 
 /// Byte offset of bf16 element `(row, col)` in a tile of `rows` rows (a multiple of 8) stored in the
 /// tensor cores' 128-byte swizzle mode (PTX ISA §9.7.15.5.1.2): rows of 128 bytes (64 columns) in
@@ -840,6 +851,101 @@ pub mod forward_mma_smem {
     pub const LOGITS: u32 = CS;
     /// The unit's Δ `(16 times)` f32 in the batch-walking kernel, after the logits.
     pub const DTS: u32 = CS + 16 * 32 * 4;
+}
+
+/// Shared-memory layout of the warp-specialized forward (`forward_ws_*`, compute capability 9.0)
+/// for the tensor-core geometry (R = 4, N = 128, P = 64, Na = 32, C = 16, bf16), byte offsets from
+/// the dynamic shared base rounded up to [`forward_ws_smem::ALIGN`]. A block runs two units
+/// (heads `2x` and `2x + 1` of one batch row and segment); per unit, the operand tiles its consumer
+/// warpgroup's `wgmma` read (q̂, k̂, x, x_w: written by the producer warpgroup, handed over and back
+/// through named barriers) and that consumer's own score and output tiles; the producer's raw
+/// staging is double-buffered by chunk parity and shared by both units (their q and k rows are the
+/// same: both heads lie in one group), and so are the per-unit score weights and decays the
+/// consumers read.
+pub mod forward_ws_smem {
+    /// Alignment of the layout's base and of every operand tile (the 128-byte swizzle group).
+    pub const ALIGN: u32 = 1024;
+    /// Offset of unit `u`'s tiles: `u · UNIT_BYTES`.
+    pub const UNIT_BYTES: u32 = 57344;
+    /// Rotated, biased q̂ `(64 rows, 128)` bf16, swizzled (within a unit's tiles).
+    pub const Q: u32 = 0;
+    /// Rotated, biased k̂ `(64, 128)` bf16, swizzled.
+    pub const K: u32 = 16384;
+    /// Up-projected x `(64, 64)` bf16, swizzled.
+    pub const X: u32 = 32768;
+    /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)` bf16, swizzled.
+    pub const XW: u32 = 40960;
+    /// Weighted scores `(64, 64)` bf16, swizzled (the consumer's own).
+    pub const S: u32 = 49152;
+    /// Raw staging, two buffers of [`RAW_BYTES`] (chunk parity): raw q rows `(64, 128)` bf16 at
+    /// +0 and raw k rows at [`RAW_K`], 16-byte pieces swizzled by [`raw_piece`]; then per unit
+    /// `u` at [`RAW_UNIT`]` + u·`[`RAW_UNIT_BYTES`] its v rows `(16, 64)` bf16 at a row stride of
+    /// [`V_STRIDE`] and its angle logits `(16, 32)` f32 at [`RAW_LOGITS`].
+    pub const RAW: u32 = 2 * UNIT_BYTES;
+    /// Offset of the raw k rows in a staging buffer.
+    pub const RAW_K: u32 = 16384;
+    /// Offset of unit 0's rows in a staging buffer.
+    pub const RAW_UNIT: u32 = 32768;
+    /// Bytes of one unit's rows in a staging buffer.
+    pub const RAW_UNIT_BYTES: u32 = 16 * V_STRIDE + 16 * 32 * 4;
+    /// Row stride of the staged v rows (64 bf16 and 16 bytes of padding).
+    pub const V_STRIDE: u32 = 144;
+    /// Offset of the angle logits within a unit's staged rows.
+    pub const RAW_LOGITS: u32 = 16 * V_STRIDE;
+    /// Bytes of one staging buffer.
+    pub const RAW_BYTES: u32 = RAW_UNIT + 2 * RAW_UNIT_BYTES;
+    /// Score weights `(16, 16)` f32 per unit and chunk parity, at `WT + (2u + parity)·1024`.
+    pub const WT: u32 = RAW + 2 * RAW_BYTES;
+    /// `exp(A_i)` `(16)` f32 and the chunk decay `exp(A_last)` at `[16]`, per unit and chunk
+    /// parity, at `EXPA + (2u + parity)·128`.
+    pub const EXPA: u32 = WT + 4 * 1024;
+    /// Each consumer's output rows `(16, 64)` bf16 at a row stride of [`OUT_STRIDE`], at
+    /// `OUT + u·16·OUT_STRIDE`.
+    pub const OUT: u32 = EXPA + 4 * 128;
+    /// Row stride of the output rows (64 bf16 and 16 bytes of padding).
+    pub const OUT_STRIDE: u32 = 144;
+    /// `(cos θ, sin θ)` of angles `2m`, `2m + 1` as 16 bytes at `CS + u·16·CS_STRIDE + t·CS_STRIDE
+    /// + 16m` (producer only).
+    pub const CS: u32 = OUT + 2 * 16 * OUT_STRIDE;
+    /// Row stride of the cos/sin table (16 pairs of angles and 16 bytes of padding).
+    pub const CS_STRIDE: u32 = 272;
+    /// The key scales `exp(Ā_i)·c_i` `(16)` f32 per unit at `KSCALE + 64u` (producer only).
+    pub const KSCALE: u32 = CS + 2 * 16 * CS_STRIDE;
+    /// The f32 biases of one producer thread's columns, per unit, rank, tensor (q, k) and word
+    /// `m < 16`: columns `2m`, `2m + 1`, `64 + 2m`, `65 + 2m` (rotated together), then `32 + 2m`,
+    /// `33 + 2m`, `96 + 2m`, `97 + 2m` (biased only), 32 bytes at `BIAS + ((4u + r)·2 +
+    /// tensor)·512 + 32m` (producer only).
+    pub const BIAS: u32 = KSCALE + 2 * 64;
+    /// mimo_v `(R, P)` f32 per unit at `MIMO_V + 1024u` (producer only).
+    pub const MIMO_V: u32 = BIAS + 2 * 4 * 2 * 512;
+    /// mimo_z and mimo_o of each consumer's output columns, per unit `u` at `MIMO_ZO +
+    /// 2048u`: for column `p` (< 64) the 8 f32 `mimo_z[r][p]` (r < 4) then `mimo_o[r][p]`, 32
+    /// bytes at `32p` (the consumer's own: it reads them where it applies them).
+    pub const MIMO_ZO: u32 = MIMO_V + 2 * 1024;
+    /// Total dynamic shared memory, alignment slack included.
+    pub const BYTES: u32 = MIMO_ZO + 2 * 2048 + ALIGN;
+
+    /// The 16-byte piece at which piece `piece` (of 16) of raw staging row `row` (`4t + r`) is
+    /// stored: the low three bits XORed with `2·(t mod 4) + (r mod 2)`, so that the producer's
+    /// word loads (eight rows of distinct `(t mod 4, r mod 2)`, four words of one piece) fall on
+    /// 32 distinct banks.
+    pub const fn raw_piece(row: u32, piece: u32) -> u32 {
+        piece ^ (2 * ((row / 4) % 4) + row % 2)
+    }
+
+    /// The row of the operand tiles that holds rank `r` of chunk time `t`: `16·(t/4) + 8·(r/2) +
+    /// 2·(t mod 4) + (r mod 2)`. In an `m64n64` accumulator whose columns are such rows, each
+    /// thread then holds all four ranks of four times (columns `8j + 2q + e`: time `4(j/2) + q`,
+    /// rank `2(j mod 2) + e`), so the rank contraction needs no exchange between threads.
+    pub const fn tile_row(t: u32, r: u32) -> u32 {
+        16 * (t / 4) + 8 * (r / 2) + 2 * (t % 4) + r % 2
+    }
+
+    const _: () = {
+        assert!(UNIT_BYTES.is_multiple_of(ALIGN) && S + 64 * 128 == UNIT_BYTES);
+        assert!(RAW.is_multiple_of(ALIGN) && RAW_BYTES.is_multiple_of(16));
+        assert!(BYTES <= 227 * 1024);
+    };
 }
 
 /// Shared-memory layout of the f32 tensor-core forward (`forward_mma_f32_*`, three-pass TF32) for

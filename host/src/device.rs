@@ -40,6 +40,9 @@ pub struct Gpu {
     /// Whether launches take a kernel's `wgmma` twin where the device has one (see
     /// [`Gpu::set_wgmma_kernels`]).
     wgmma_enabled: AtomicBool,
+    /// Whether the forward runs its warp-specialized kernel where it can (see
+    /// [`Gpu::set_warp_specialized_kernels`]).
+    ws_enabled: AtomicBool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -118,6 +121,7 @@ impl Gpu {
             smem_optin,
             programmatic_enabled: AtomicBool::new(major >= 9),
             wgmma_enabled: AtomicBool::new(true),
+            ws_enabled: AtomicBool::new(false),
         });
         open.insert(ordinal, gpu.clone());
         Ok(gpu)
@@ -187,6 +191,24 @@ impl Gpu {
     pub fn set_wgmma_kernels(&self, enabled: bool) -> bool {
         self.wgmma_enabled.store(enabled, Ordering::Relaxed);
         self.wgmma_kernels()
+    }
+
+    /// Whether the forward runs the warp-specialized kernel
+    /// ([`crate::Kernel::ForwardWsBf16R4N128P64Na32C16`]) for the calls it covers: only where the
+    /// device has `wgmma` (compute capability 9.0) and only once switched on with
+    /// [`Gpu::set_warp_specialized_kernels`]. Off by default: on an H100 it measured 8.6% slower
+    /// than the `wgmma` twin of the tensor-core forward at H=64 B=8 S=2048 (its producer warpgroup
+    /// bounds it; `notes/forward-fma.md`, v14).
+    pub fn warp_specialized_kernels(&self) -> bool {
+        crate::has_wgmma(self.compute_capability) && self.ws_enabled.load(Ordering::Relaxed)
+    }
+
+    /// Turns the warp-specialized forward on or off for launches enqueued from now on (off, the
+    /// default, those calls run the tensor-core forward or its `wgmma` twin). Returns
+    /// [`Gpu::warp_specialized_kernels`] after the change.
+    pub fn set_warp_specialized_kernels(&self, enabled: bool) -> bool {
+        self.ws_enabled.store(enabled, Ordering::Relaxed);
+        self.warp_specialized_kernels()
     }
 
     /// `kernel`, or its `wgmma` twin while [`Gpu::wgmma_kernels`] is on.

@@ -60,9 +60,9 @@ use cudarc::driver::{
     LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    forward_mma_smem, forward_smem_bytes, forward_stage_bytes, forward_tf32_smem,
+    forward_mma_smem, forward_smem_bytes, forward_stage_bytes, forward_tf32_smem, forward_ws_smem,
     segment_combine_smem_bytes, ForwardParams, SegmentCombineParams, FORWARD_MMA_THREADS,
-    FORWARD_THREADS, SEGMENT_COMBINE_THREADS,
+    FORWARD_THREADS, FORWARD_WS_THREADS, SEGMENT_COMBINE_THREADS,
 };
 
 use crate::config::{OutputMode, Rotation};
@@ -608,14 +608,85 @@ pub fn dispatch_paths(config: &ForwardConfig, max_shared_memory: usize) -> Vec<&
         .unwrap_or_default()
 }
 
-/// [`dispatch_paths_with_workspace`] for `gpu` as it stands (its SM count, shared-memory limit and
-/// [`Gpu::wgmma_kernels`]).
+/// [`dispatch_paths_with_workspace`] for `gpu` as it stands (its SM count, shared-memory limit,
+/// [`Gpu::wgmma_kernels`] and [`Gpu::warp_specialized_kernels`]), for a call from a zero state with
+/// aligned views.
 pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static str> {
-    gpu.preferred_symbols(dispatch_paths_with_workspace(
+    let mut paths = gpu.preferred_symbols(dispatch_paths_with_workspace(
         config,
         gpu.sm_count(),
         gpu.max_shared_memory_optin(),
-    ))
+    ));
+    let run = kernel_config(gpu, config);
+    let forward = tensor_core_kernels(&run).map(|(tc, _)| gpu.preferred(tc).symbol());
+    if let (Some(ws), Some(last)) = (warp_specialized_kernel(gpu, &run), paths.last_mut()) {
+        if Some(*last) == forward {
+            *last = ws.symbol();
+        }
+    }
+    paths
+}
+
+/// The warp-specialized forward ([`Kernel::forward_warp_specialized`]) where it runs `config` on
+/// `gpu`: compute capability 9.0 with [`Gpu::warp_specialized_kernels`] on, its dtype and
+/// geometry, the half-split rotation, the gated output, an even number of heads per q/k group,
+/// its shared memory within the GPU's opt-in limit (the call's own conditions, initial state and
+/// alignment, are [`warp_specialized_plan`]'s).
+fn warp_specialized_kernel(gpu: &Gpu, config: &ForwardConfig) -> Option<Kernel> {
+    let kernel = Kernel::forward_warp_specialized(config.dtype, fixed_geometry(config))?;
+    let fits = forward_ws_smem::BYTES as usize <= gpu.max_shared_memory_optin();
+    let heads_per_group = config.heads / config.groups.max(1);
+    (gpu.warp_specialized_kernels()
+        && fits
+        && config.rotation == Rotation::HalfSplit
+        && config.mode == OutputMode::Gated
+        && heads_per_group.is_multiple_of(2)
+        && config.seq_len >= config.chunk_size)
+        .then_some(kernel)
+}
+
+/// The warp-specialized forward and its launch shape (grid `(H/2, B·K)`, three warpgroups) for
+/// the tensor-core forward `kernel` of a call (`params`, `segments` segments), where
+/// [`warp_specialized_kernel`] covers it and the call has no initial state and no checkpoints,
+/// and q, k, v, the angle logits, the output and the final k̂ and v are 16-byte aligned, the final
+/// and hand-off SSM states 8-byte aligned.
+fn warp_specialized_plan(
+    gpu: &Gpu,
+    config: &ForwardConfig,
+    params: &ForwardParams,
+    kernel: Kernel,
+    segments: usize,
+) -> Option<(Kernel, LaunchConfig)> {
+    let ws = warp_specialized_kernel(gpu, config)?;
+    let tensor_core = tensor_core_kernels(config).is_some_and(|(tc, _)| tc == kernel);
+    let aligned = [
+        params.q,
+        params.k,
+        params.v,
+        params.angles,
+        params.out,
+        params.final_k,
+        params.final_v,
+    ]
+    .iter()
+    .all(|p| p.is_multiple_of(16))
+        && [params.final_ssm, params.seg_state]
+            .iter()
+            .all(|p| p.is_multiple_of(8));
+    (tensor_core && aligned && params.init_ssm == 0 && params.ckpt_state == 0).then(|| {
+        (
+            ws,
+            LaunchConfig {
+                grid_dim: (
+                    (config.heads / 2) as u32,
+                    (config.batch * segments) as u32,
+                    1,
+                ),
+                block_dim: (FORWARD_WS_THREADS, 1, 1),
+                shared_mem_bytes: forward_ws_smem::BYTES,
+            },
+        )
+    })
 }
 
 /// Most segments one (head, batch) row is split into.
@@ -1286,6 +1357,11 @@ pub(crate) fn forward_impl<T: Activation>(
         }
         _ => false,
     };
+    let (forward_kernel, forward_cfg) = match wrote_checkpoints {
+        false => warp_specialized_plan(gpu, &run, &params, kernel, segments)
+            .unwrap_or((gpu.preferred(kernel), cfg)),
+        true => (gpu.preferred(kernel), cfg),
+    };
     let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {
@@ -1296,14 +1372,14 @@ pub(crate) fn forward_impl<T: Activation>(
             unsafe { launch.run(cfg) }?;
             launch_segment_combine(gpu, stream, config, &params, segments)?;
         }
-        let mut launch = gpu.launch(stream, gpu.preferred(kernel))?;
+        let mut launch = gpu.launch(stream, forward_kernel)?;
         launch.arg(&args);
         // SAFETY: one by-value `ForwardParams` is the kernel's parameter list; every pointer was
         // checked against its documented shape by `validate`, outputs (and the workspace) do not
         // overlap anything, the tensor-core kernel gets 16-byte aligned q, k, v and z, and the
         // guards keep the buffers' event tracking alive until the launch is enqueued; with
         // checkpoints, their regions lie in the caller's checked backward workspace.
-        unsafe { launch.run(cfg) }
+        unsafe { launch.run(forward_cfg) }
     })();
     drop(out_guards);
     drop(guards);

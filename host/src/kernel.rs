@@ -118,6 +118,11 @@ pub enum Kernel {
     /// [`Kernel::ForwardMmaBf16R4N128P64Na32C16`] with its score and state products on `wgmma`
     /// (compute capability 9.0 only; [`Kernel::wgmma_twin`]).
     ForwardWgBf16R4N128P64Na32C16,
+    /// The warp-specialized bf16 forward (compute capability 9.0 only: `wgmma`, `setmaxnreg`):
+    /// three warpgroups per block, a producer staging and rotating the operands of two heads and a
+    /// consumer per head running its products on `wgmma` with the state as accumulators; R=4,
+    /// N=128, P=64, Na=32, C=16, half-split rotation, gated output ([`FixedForward::warp_specialized`]).
+    ForwardWsBf16R4N128P64Na32C16,
     /// The tensor-core forward's instantiation for calls shorter than one chunk (a decode call of
     /// a few tokens: its state pass and epilogue skip the empty 16-row tiles too), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
@@ -194,7 +199,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 81] = [
+    pub const ALL: [Kernel; 82] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -247,6 +252,7 @@ impl Kernel {
         Kernel::ForwardFixedBf16R4N128P64Na32C16,
         Kernel::ForwardMmaBf16R4N128P64Na32C16,
         Kernel::ForwardWgBf16R4N128P64Na32C16,
+        Kernel::ForwardWsBf16R4N128P64Na32C16,
         Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
         Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
@@ -294,6 +300,7 @@ impl Kernel {
             self,
             Kernel::PrimWgmmaBf16M64n128k128
                 | Kernel::ForwardWgBf16R4N128P64Na32C16
+                | Kernel::ForwardWsBf16R4N128P64Na32C16
                 | Kernel::SegmentStateWgBf16R4N128P64Na32C16
                 | Kernel::BackwardCkptWgBf16R4N128P64Na32C16
         )
@@ -371,6 +378,7 @@ impl Kernel {
             Kernel::ForwardFixedBf16R4N128P64Na32C16 => "forward_fixed_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaBf16R4N128P64Na32C16 => "forward_mma_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardWgBf16R4N128P64Na32C16 => "forward_wg_bf16_r4_n128_p64_na32_c16",
+            Kernel::ForwardWsBf16R4N128P64Na32C16 => "forward_ws_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaShortBf16R4N128P64Na32C16 => {
                 "forward_mma_short_bf16_r4_n128_p64_na32_c16"
             }
@@ -528,6 +536,15 @@ impl Kernel {
         fixed_forward_row(dtype, geometry).and_then(|row| row.tensor_core_short)
     }
 
+    /// The warp-specialized forward for exactly this dtype and geometry, if any (see
+    /// [`FixedForward::warp_specialized`]).
+    pub fn forward_warp_specialized(
+        dtype: crate::Dtype,
+        geometry: FixedForwardGeometry,
+    ) -> Option<Kernel> {
+        fixed_forward_row(dtype, geometry).and_then(|row| row.warp_specialized)
+    }
+
     /// The batch-walking short-call instantiation for exactly this dtype and geometry, if any
     /// (see [`FixedForward::tensor_core_units`]).
     pub fn forward_tensor_core_units(
@@ -668,6 +685,12 @@ pub struct FixedForward {
     /// from its state runs one wave of blocks, each walking the batch rows of its head and
     /// loading its next unit while it computes the current one.
     pub tensor_core_units: Option<Kernel>,
+    /// The warp-specialized forward ([`Kernel::ForwardWsBf16R4N128P64Na32C16`]), run instead of
+    /// the tensor-core forward on compute capability 9.0 while
+    /// [`crate::Gpu::warp_specialized_kernels`] is on (off by default) for calls it covers: the
+    /// half-split rotation, the gated output, an even number of heads per q/k group, no initial
+    /// state.
+    pub warp_specialized: Option<Kernel>,
 }
 
 /// The benchmark's (and upstream's tuned) geometry.
@@ -693,6 +716,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         )),
         tensor_core_short: None,
         tensor_core_units: None,
+        warp_specialized: None,
     },
     FixedForward {
         dtype: crate::Dtype::Bf16,
@@ -705,6 +729,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         )),
         tensor_core_short: Some(Kernel::ForwardMmaShortBf16R4N128P64Na32C16),
         tensor_core_units: Some(Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16),
+        warp_specialized: Some(Kernel::ForwardWsBf16R4N128P64Na32C16),
     },
 ];
 

@@ -20,6 +20,37 @@ pub struct ThreadCtx {
     block: (u32, u32, u32),
     launch: Arc<Launch>,
     epoch: u64,
+    /// Vector clock of this thread (launches with [`HappensBefore`] only): component `t` is the
+    /// last interval of thread `t` ordered before this thread's present.
+    clock: Vec<u32>,
+}
+
+/// The race checker of launches whose warpgroups synchronize through named barriers
+/// ([`run_grid_hb`]): shared-memory accesses are ordered by vector clocks that barriers merge, so
+/// an access is a race unless every conflicting access of another thread happened before it.
+pub struct HappensBefore {
+    /// Per word: the last write `(tid, interval)` and the reads since it.
+    words: Vec<Mutex<WordAccesses>>,
+    /// Named barriers 0–15 and, past them, one per warp (`sync_warp`).
+    barriers: Vec<(Mutex<NamedBarrier>, std::sync::Condvar)>,
+}
+
+#[derive(Default)]
+struct WordAccesses {
+    write: Option<(u32, u32)>,
+    reads: Vec<(u32, u32)>,
+}
+
+#[derive(Default)]
+struct NamedBarrier {
+    /// Threads arrived towards the next completion, and the thread count it was asked for.
+    arrived: u32,
+    expected: u32,
+    /// Maximum of the arrived threads' clocks.
+    clock: Vec<u32>,
+    /// Completions so far, and the merged clock each released.
+    generation: u64,
+    released: std::collections::HashMap<u64, Vec<u32>>,
 }
 
 /// State shared by the threads of one block.
@@ -38,6 +69,121 @@ pub struct Launch {
     buffers: Vec<(u64, u64, &'static str)>,
     errors: Mutex<Vec<String>>,
     failed: AtomicBool,
+    /// The vector-clock race checker, for launches with named barriers.
+    hb: Option<HappensBefore>,
+    threads: usize,
+    /// Registers per thread each warpgroup asked for with `setmaxnreg` (by warpgroup).
+    regs: Mutex<std::collections::BTreeMap<u32, u32>>,
+}
+
+/// Records `setmaxnreg` of this thread's warpgroup: the register count it runs with from now on.
+pub fn set_max_registers(regs: u32) {
+    with_ctx(|c| {
+        if !regs.is_multiple_of(8) || !(24..=256).contains(&regs) {
+            fail(format!(
+                "setmaxnreg {regs}: not a multiple of 8 in 24..=256"
+            ));
+        }
+        c.launch.regs.lock().unwrap().insert(c.tid / 128, regs);
+    })
+}
+
+/// The registers per thread a launch of `threads` threads starts with when its kernel declares
+/// `.maxntid threads` and `.minnctapersm 1`: the register file split evenly, rounded down to the
+/// allocation granule of 8, at most 255.
+fn launch_registers(threads: usize) -> u32 {
+    ((65536 / threads as u32) & !7).min(255)
+}
+
+/// Arrives at barrier `index` of the happens-before state (`threads` threads complete it) with
+/// this thread's clock, waits for the completion when `wait` (then takes the merged clock), and
+/// starts a new interval of this thread.
+pub fn hb_barrier(index: usize, threads: u32, wait: bool) {
+    let (tid, launch, clock) = with_ctx(|c| (c.tid, c.launch.clone(), c.clock.clone()));
+    let hb = launch
+        .hb
+        .as_ref()
+        .unwrap_or_else(|| fail("named barrier outside a run_grid_hb launch".to_string()));
+    let (lock, cv) = &hb.barriers[index];
+    let mut bar = lock.lock().unwrap();
+    if bar.arrived == 0 {
+        bar.expected = threads;
+        bar.clock = vec![0; launch.threads];
+    } else if bar.expected != threads {
+        fail(format!(
+            "tid {tid}: barrier {index} reached with {threads} threads, others with {}",
+            bar.expected
+        ));
+    }
+    for (m, c) in bar.clock.iter_mut().zip(&clock) {
+        *m = (*m).max(*c);
+    }
+    bar.arrived += 1;
+    let generation = bar.generation;
+    if bar.arrived == threads {
+        let merged = std::mem::take(&mut bar.clock);
+        bar.released.insert(generation, merged);
+        bar.generation += 1;
+        bar.arrived = 0;
+        cv.notify_all();
+    }
+    let merged = if wait {
+        while bar.generation == generation {
+            bar = cv.wait(bar).unwrap();
+        }
+        Some(bar.released[&generation].clone())
+    } else {
+        None
+    };
+    drop(bar);
+    with_ctx(|c| {
+        if let Some(m) = merged {
+            for (x, y) in c.clock.iter_mut().zip(&m) {
+                *x = (*x).max(*y);
+            }
+        }
+        c.clock[tid as usize] += 1;
+    });
+}
+
+/// The happens-before check of one access of `word` (index `w`) by this thread.
+fn hb_access(hb: &HappensBefore, w: usize, addr: u32, write: bool) {
+    with_ctx(|c| {
+        let me = c.tid;
+        let now = c.clock[me as usize];
+        let ordered = |(t, at): (u32, u32)| t == me || c.clock[t as usize] >= at;
+        let mut acc = hb.words[w].lock().unwrap();
+        let mut race = None;
+        if let Some(wr) = acc.write {
+            if !ordered(wr) {
+                race = Some((
+                    if write {
+                        "write-after-write"
+                    } else {
+                        "read-after-write"
+                    },
+                    wr.0,
+                ));
+            }
+        }
+        if write {
+            if let Some(&rd) = acc.reads.iter().find(|&&rd| !ordered(rd)) {
+                race = Some(("write-after-read", rd.0));
+            }
+            acc.write = Some((me, now));
+            acc.reads.clear();
+        } else if let Some(rd) = acc.reads.iter_mut().find(|rd| rd.0 == me) {
+            rd.1 = now;
+        } else {
+            acc.reads.push((me, now));
+        }
+        if let Some((kind, other)) = race {
+            c.launch.errors.lock().unwrap().push(format!(
+                "{kind} race at shared byte {addr}: tid {me} and tid {other} not ordered by a barrier"
+            ));
+            c.launch.failed.store(true, Ordering::Relaxed);
+        }
+    })
 }
 
 thread_local! {
@@ -64,7 +210,7 @@ fn smem_word(addr: u32, write: bool) -> usize {
             fail(format!("tid {} unaligned shared access at {addr}", c.tid));
         }
         let w = (addr / 4) as usize;
-        let l = &c.launch;
+        let l = c.launch.clone();
         if w >= l.smem.len() {
             fail(format!(
                 "tid {} block {:?}: shared {} at byte {addr} past the {} bytes of the launch",
@@ -73,6 +219,9 @@ fn smem_word(addr: u32, write: bool) -> usize {
                 if write { "write" } else { "read" },
                 4 * l.smem.len()
             ));
+        }
+        if l.hb.is_some() {
+            return w;
         }
         let me = c.tid as u64 + 1;
         let cur = c.epoch;
@@ -117,12 +266,20 @@ fn smem_word(addr: u32, write: bool) -> usize {
 
 pub fn smem_read(addr: u32) -> u32 {
     let w = smem_word(addr, false);
-    with_ctx(|c| c.launch.smem[w].load(Ordering::Relaxed))
+    let launch = with_ctx(|c| c.launch.clone());
+    if let Some(hb) = &launch.hb {
+        hb_access(hb, w, addr, false);
+    }
+    launch.smem[w].load(Ordering::Relaxed)
 }
 
 pub fn smem_write(addr: u32, v: u32) {
     let w = smem_word(addr, true);
-    with_ctx(|c| c.launch.smem[w].store(v, Ordering::Relaxed));
+    let launch = with_ctx(|c| c.launch.clone());
+    if let Some(hb) = &launch.hb {
+        hb_access(hb, w, addr, true);
+    }
+    launch.smem[w].store(v, Ordering::Relaxed);
 }
 
 pub fn check_global(base: u64, i: usize, size: usize, write: bool) {
@@ -503,10 +660,7 @@ pub mod arch {
             b: u64,
             scale_d: bool,
         ) {
-            let tid = super::super::with_ctx(|c| c.tid);
-            if tid >= 128 {
-                super::super::fail(format!("wgmma from thread {tid}, outside warpgroup 0"));
-            }
+            let tid = super::super::with_ctx(|c| c.tid) % 128;
             let (w, g, t) = (tid / 32, (tid % 32) / 4, tid % 4);
             let rows = [16 * w + g, 16 * w + g + 8];
             let a_rows = rows.map(|m| {
@@ -542,11 +696,96 @@ pub mod arch {
         ) {
             mma::<TRANS_A, TRANS_B>(acc, a, b, scale_d);
         }
+        /// The register-A form: the warpgroup's threads post their four A registers (the
+        /// `mma.m16n8k16` A map of their warp's 16 rows), each thread rebuilds its two rows.
+        pub unsafe fn mma_m64n64k16_bf16_rs<const TRANS_B: bool>(
+            acc: &mut [[f32; 4]; 8],
+            a: [u32; 4],
+            b: u64,
+            scale_d: bool,
+        ) {
+            use std::sync::atomic::Ordering;
+            let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            let warp = (tid / 32) as usize;
+            for (j, v) in a.iter().enumerate() {
+                launch.mma_slots[6 * tid as usize + j].store(*v, Ordering::Relaxed);
+            }
+            launch.warp_barriers[warp].wait();
+            let (g, t) = ((tid % 32) / 4, tid % 4);
+            let mut rows = [[0.0f32; 16]; 2];
+            for l in 0..32u32 {
+                if l / 4 != g {
+                    continue;
+                }
+                let slot = |j: usize| {
+                    launch.mma_slots[6 * (warp * 32 + l as usize) + j].load(Ordering::Relaxed)
+                };
+                let q = l % 4;
+                for (reg, (h, k0)) in [
+                    (0usize, (0usize, 0u32)),
+                    (1, (1, 0)),
+                    (2, (0, 8)),
+                    (3, (1, 8)),
+                ] {
+                    let word = slot(reg);
+                    rows[h][(k0 + 2 * q) as usize] = f32::from_bits(word << 16);
+                    rows[h][(k0 + 2 * q + 1) as usize] = f32::from_bits(word & 0xffff_0000);
+                }
+            }
+            launch.warp_barriers[warp].wait();
+            for (j, tile) in acc.iter_mut().enumerate() {
+                for (e, v) in tile.iter_mut().enumerate() {
+                    let n = 8 * j as u32 + 2 * t + e as u32 % 2;
+                    let mut sum = if scale_d { *v } else { 0.0 };
+                    for (k, a_mk) in rows[e / 2].iter().enumerate() {
+                        sum += a_mk * element(b, TRANS_B, n, k as u32);
+                    }
+                    *v = sum;
+                }
+            }
+        }
+        pub unsafe fn mma_m64n64k16_bf16_fresh<const TRANS_A: bool, const TRANS_B: bool>(
+            a: u64,
+            b: u64,
+        ) -> [[f32; 4]; 8] {
+            let mut acc = [[0.0f32; 4]; 8];
+            mma::<TRANS_A, TRANS_B>(&mut acc, a, b, false);
+            acc
+        }
+        pub unsafe fn mma_m64n64k16_bf16_rs_fresh<const TRANS_B: bool>(
+            a: [u32; 4],
+            b: u64,
+        ) -> [[f32; 4]; 8] {
+            let mut acc = [[0.0f32; 4]; 8];
+            // SAFETY: the caller's contract.
+            unsafe { mma_m64n64k16_bf16_rs::<TRANS_B>(&mut acc, a, b, false) };
+            acc
+        }
+        pub fn keep_a_m64k128(_: &mut [[u32; 4]; 8]) {}
+        pub fn wait_m64n64<const PENDING: u32>(_: &mut [[f32; 4]; 8]) {}
+        pub fn wait_m64n128<const PENDING: u32>(_: &mut [[f32; 4]; 16]) {}
         pub fn fence_proxy_async_shared() {}
         pub fn fence() {}
         pub fn commit_group() {}
         pub fn wait_all_m64n64(_: &mut [[f32; 4]; 8]) {}
         pub fn wait_all_m64n128(_: &mut [[f32; 4]; 16]) {}
+    }
+
+    /// Emulated named barriers (vector-clock merges of the happens-before checker) and
+    /// `setmaxnreg` (nothing to emulate).
+    pub mod barrier {
+        pub unsafe fn bar_sync<const ID: u32, const THREADS: u32>() {
+            super::super::hb_barrier(ID as usize, THREADS, true);
+        }
+        pub unsafe fn bar_arrive<const ID: u32, const THREADS: u32>() {
+            super::super::hb_barrier(ID as usize, THREADS, false);
+        }
+        pub unsafe fn setmaxnreg_inc<const REGS: u32>() {
+            super::super::set_max_registers(REGS);
+        }
+        pub unsafe fn setmaxnreg_dec<const REGS: u32>() {
+            super::super::set_max_registers(REGS);
+        }
     }
 
     pub mod sreg {
@@ -575,6 +814,10 @@ pub mod arch {
         }
         pub fn sync_threads() {
             let launch = super::super::with_ctx(|c| c.launch.clone());
+            if launch.hb.is_some() {
+                super::super::hb_barrier(0, launch.threads as u32, true);
+                return;
+            }
             launch.barrier.wait();
             super::super::with_ctx(|c| c.epoch += 1);
         }
@@ -582,6 +825,10 @@ pub mod arch {
         /// kernel that uses it keeps each warp's shared memory to itself).
         pub fn sync_warp() {
             let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
+            if launch.hb.is_some() {
+                super::super::hb_barrier(16 + (tid / 32) as usize, 32, true);
+                return;
+            }
             launch.warp_barriers[(tid / 32) as usize].wait();
             super::super::with_ctx(|c| c.epoch += 1);
         }
@@ -809,12 +1056,35 @@ pub fn run_grid(
     run_grid3((grid.0, grid.1, 1), threads, words, buffers, body)
 }
 
+/// [`run_grid`] for kernels whose warpgroups synchronize through named barriers: races are
+/// checked by happens-before (vector clocks merged at every barrier) instead of barrier epochs.
+pub fn run_grid_hb(
+    grid: (u32, u32),
+    threads: usize,
+    words: usize,
+    buffers: &[Buffer],
+    body: impl Fn() + Sync,
+) {
+    run_grid_impl((grid.0, grid.1, 1), threads, words, buffers, true, body)
+}
+
 /// [`run_grid`] on the grid `(x, y, z)`.
 pub fn run_grid3(
     grid: (u32, u32, u32),
     threads: usize,
     words: usize,
     buffers: &[Buffer],
+    body: impl Fn() + Sync,
+) {
+    run_grid_impl(grid, threads, words, buffers, false, body)
+}
+
+fn run_grid_impl(
+    grid: (u32, u32, u32),
+    threads: usize,
+    words: usize,
+    buffers: &[Buffer],
+    hb: bool,
     body: impl Fn() + Sync,
 ) {
     for (bz, by) in (0..grid.2).flat_map(|z| (0..grid.1).map(move |y| (z, y))) {
@@ -833,6 +1103,14 @@ pub fn run_grid3(
                 buffers: buffers.to_vec(),
                 errors: Mutex::new(Vec::new()),
                 failed: AtomicBool::new(false),
+                hb: hb.then(|| HappensBefore {
+                    words: (0..words).map(|_| Mutex::default()).collect(),
+                    barriers: (0..16 + threads / 32)
+                        .map(|_| (Mutex::default(), std::sync::Condvar::new()))
+                        .collect(),
+                }),
+                threads,
+                regs: Mutex::default(),
             });
             let body = &body;
             std::thread::scope(|s| {
@@ -847,6 +1125,12 @@ pub fn run_grid3(
                                     block: (bx, by, bz),
                                     launch,
                                     epoch: 1,
+                                    // Own interval 1: nothing of it is ordered before others.
+                                    clock: if hb {
+                                        (0..threads as u32).map(|t| u32::from(t == tid)).collect()
+                                    } else {
+                                        Vec::new()
+                                    },
                                 })
                             });
                             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
@@ -857,6 +1141,22 @@ pub fn run_grid3(
                         .expect("spawning an emulated thread");
                 }
             });
+            // `setmaxnreg.inc` waits for registers the block's other warpgroups released: the
+            // block can only redistribute what it was launched with (more would hang the GPU).
+            let regs = launch.regs.lock().unwrap();
+            if !regs.is_empty() {
+                let start = launch_registers(threads);
+                let total: u32 = (0..threads as u32 / 128)
+                    .map(|wg| 128 * regs.get(&wg).copied().unwrap_or(start))
+                    .sum();
+                assert!(
+                    total <= start * threads as u32,
+                    "setmaxnreg asks for {total} registers in all; the block starts with {} \
+                     ({start} per thread): the warpgroups raising theirs would wait forever",
+                    start * threads as u32
+                );
+            }
+            drop(regs);
             let errors = launch.errors.lock().unwrap();
             if !errors.is_empty() {
                 panic!(

@@ -173,6 +173,206 @@ macro_rules! wgmma_wait {
     };
 }
 
+/// One `wgmma.mma_async` instruction for `$shape` with A from four registers per thread and the
+/// immediate `$trans_b`; the accumulators `$acc` (tiles `[$j]`) are the positional operands.
+macro_rules! wgmma_rs_asm {
+    ($shape:literal, $list:ident, $trans_b:literal, $acc:ident, $a:ident, $b:ident, $sd:ident, [$($j:literal)*]) => {
+        asm!(
+            concat!(
+                "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                $list!(),
+                "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, %wgd, 1, 1, ", $trans_b, "; }}"
+            ),
+            $(
+                inout(reg32) $acc[$j][0], inout(reg32) $acc[$j][1],
+                inout(reg32) $acc[$j][2], inout(reg32) $acc[$j][3],
+            )*
+            a0 = in(reg32) $a[0], a1 = in(reg32) $a[1], a2 = in(reg32) $a[2], a3 = in(reg32) $a[3],
+            b = in(reg64) $b, sd = in(reg32) $sd,
+            options(nostack)
+        )
+    };
+}
+
+/// `wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16` with A in registers (PTX ISA
+/// §9.7.15.5.2): issues `acc ← A·B (+ acc when scale_d)` for the warpgroup, A 64×16 bf16 as four
+/// registers per thread in the `mma.m16n8k16` A-fragment map of warp `t/32`'s 16-row slice
+/// (`a[0]` rows g, columns 2q, 2q+1; `a[1]` rows g+8; `a[2]`, `a[3]` the same at columns + 8;
+/// g = (t%32)/4, q = t%4), B 16×64 bf16 in shared memory through the descriptor `b`, K-major
+/// unless `TRANS_B`. The accumulator map is that of [`mma_m64n64k16_bf16`], so an accumulator
+/// tile's two adjacent n8 tiles, packed to bf16, are the A registers of one k16 step of the next
+/// product.
+///
+/// # Safety
+/// As [`mma_m64n64k16_bf16`]; [`fence`] also ran after the last ordinary write of `a`, and the
+/// registers of `a` stay untouched until the wait that retires this product (pass them to
+/// [`keep_a_m64k128`] after it).
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_bf16_rs<const TRANS_B: bool>(
+    acc: &mut [[f32; 4]; 8],
+    a: [u32; 4],
+    b: u64,
+    scale_d: bool,
+) {
+    let sd = scale_d as u32;
+    // SAFETY: the caller's contract.
+    unsafe {
+        if TRANS_B {
+            wgmma_rs_asm!("m64n64k16", acc_list_n64, "1", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+        } else {
+            wgmma_rs_asm!("m64n64k16", acc_list_n64, "0", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+        }
+    }
+}
+
+/// Keeps the A registers of eight k16 steps (an m64k128 operand) of [`mma_m64n64k16_bf16_rs`]
+/// alive up to this point: an empty instruction that reads and rewrites them, placed after the wait
+/// that retires those products, so that the compiler gives none of their registers to another
+/// value while the tensor cores may still read them.
+#[inline(always)]
+pub fn keep_a_m64k128(a: &mut [[u32; 4]; 8]) {
+    // SAFETY: an empty instruction (a comment); it only extends the registers' lifetimes.
+    unsafe {
+        asm!(
+            concat!("// ", acc_list_n64!()),
+            inout(reg32) a[0][0], inout(reg32) a[0][1], inout(reg32) a[0][2], inout(reg32) a[0][3],
+            inout(reg32) a[1][0], inout(reg32) a[1][1], inout(reg32) a[1][2], inout(reg32) a[1][3],
+            inout(reg32) a[2][0], inout(reg32) a[2][1], inout(reg32) a[2][2], inout(reg32) a[2][3],
+            inout(reg32) a[3][0], inout(reg32) a[3][1], inout(reg32) a[3][2], inout(reg32) a[3][3],
+            inout(reg32) a[4][0], inout(reg32) a[4][1], inout(reg32) a[4][2], inout(reg32) a[4][3],
+            inout(reg32) a[5][0], inout(reg32) a[5][1], inout(reg32) a[5][2], inout(reg32) a[5][3],
+            inout(reg32) a[6][0], inout(reg32) a[6][1], inout(reg32) a[6][2], inout(reg32) a[6][3],
+            inout(reg32) a[7][0], inout(reg32) a[7][1], inout(reg32) a[7][2], inout(reg32) a[7][3],
+            options(nostack)
+        )
+    };
+}
+
+/// One `wgmma.mma_async` that starts a fresh accumulator tile (scale-d false): the accumulators
+/// are outputs only, so the compiler keeps no earlier value of them alive into the product.
+/// `$a` is either `desc` (A through a descriptor, immediates `$trans`) or the four registers.
+macro_rules! wgmma_fresh_asm {
+    (desc, $shape:literal, $list:ident, $trans:literal, $acc:ident, $a:ident, $b:ident, [$($j:literal)*]) => {
+        asm!(
+            concat!(
+                "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                $list!(),
+                "}}, {a}, {b}, %wgd, 1, 1, ", $trans, "; }}"
+            ),
+            $(
+                out(reg32) $acc[$j][0], out(reg32) $acc[$j][1],
+                out(reg32) $acc[$j][2], out(reg32) $acc[$j][3],
+            )*
+            a = in(reg64) $a, b = in(reg64) $b, sd = in(reg32) 0u32,
+            options(nostack)
+        )
+    };
+    (regs, $shape:literal, $list:ident, $trans_b:literal, $acc:ident, $a:ident, $b:ident, [$($j:literal)*]) => {
+        asm!(
+            concat!(
+                "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                $list!(),
+                "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, %wgd, 1, 1, ", $trans_b, "; }}"
+            ),
+            $(
+                out(reg32) $acc[$j][0], out(reg32) $acc[$j][1],
+                out(reg32) $acc[$j][2], out(reg32) $acc[$j][3],
+            )*
+            a0 = in(reg32) $a[0], a1 = in(reg32) $a[1], a2 = in(reg32) $a[2], a3 = in(reg32) $a[3],
+            b = in(reg64) $b, sd = in(reg32) 0u32,
+            options(nostack)
+        )
+    };
+}
+
+/// [`mma_m64n64k16_bf16`] without scale-d: returns a fresh accumulator tile `A·B` (its first
+/// k16 step), so that no earlier value of the tile stays alive into the product.
+///
+/// # Safety
+/// As [`mma_m64n64k16_bf16`].
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_bf16_fresh<const TRANS_A: bool, const TRANS_B: bool>(
+    a: u64,
+    b: u64,
+) -> [[f32; 4]; 8] {
+    let mut acc = [[0.0f32; 4]; 8];
+    // SAFETY: the caller's contract.
+    unsafe {
+        match (TRANS_A, TRANS_B) {
+            (false, false) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "0, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
+            (false, true) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "0, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
+            (true, false) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "1, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
+            (true, true) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "1, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
+        }
+    }
+    acc
+}
+
+/// [`mma_m64n64k16_bf16_rs`] without scale-d: returns a fresh accumulator tile.
+///
+/// # Safety
+/// As [`mma_m64n64k16_bf16_rs`].
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_bf16_rs_fresh<const TRANS_B: bool>(
+    a: [u32; 4],
+    b: u64,
+) -> [[f32; 4]; 8] {
+    let mut acc = [[0.0f32; 4]; 8];
+    // SAFETY: the caller's contract.
+    unsafe {
+        if TRANS_B {
+            wgmma_fresh_asm!(regs, "m64n64k16", acc_list_n64, "1", acc, a, b, [0 1 2 3 4 5 6 7]);
+        } else {
+            wgmma_fresh_asm!(regs, "m64n64k16", acc_list_n64, "0", acc, a, b, [0 1 2 3 4 5 6 7]);
+        }
+    }
+    acc
+}
+
+/// `wgmma.wait_group.sync.aligned PENDING` for an accumulator tile of `[$j]` n8 tiles.
+macro_rules! wgmma_wait_pending {
+    ($name:ident, $shape:literal, $list:ident, [$($j:literal)*]) => {
+        #[doc = concat!(
+            "`wgmma.wait_group.sync.aligned PENDING` (PTX ISA §9.7.15.7.3): waits until at most ",
+            "`PENDING` of the warpgroup's committed `wgmma` groups are still running (groups ",
+            "complete in commit order), then makes `acc` (an ", $shape, " accumulator tile that ",
+            "the completed groups wrote) readable; the accumulators are operands of the wait so ",
+            "that the compiler keeps every read of them after it."
+        )]
+        #[inline(always)]
+        pub fn $name<const PENDING: u32>(acc: &mut [[f32; 4]; [$($j),*].len()]) {
+            // SAFETY: a warpgroup-collective wait; it only orders the listed registers after it.
+            unsafe {
+                asm!(
+                    "// mamba3-sm90a: wgmma.wait_group.sync.aligned {n};",
+                    concat!("// ", $list!()),
+                    $(
+                        inout(reg32) acc[$j][0], inout(reg32) acc[$j][1],
+                        inout(reg32) acc[$j][2], inout(reg32) acc[$j][3],
+                    )*
+                    n = const PENDING,
+                    options(nostack)
+                )
+            };
+        }
+    };
+}
+
+wgmma_wait_pending!(wait_m64n64, "m64n64", acc_list_n64, [0 1 2 3 4 5 6 7]);
+wgmma_wait_pending!(wait_m64n128, "m64n128", acc_list_n128,
+    [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
+
 wgmma_mma!(mma_m64n64k16_bf16, wait_all_m64n64, "m64n64k16", "64", acc_list_n64, [0 1 2 3 4 5 6 7]);
 wgmma_mma!(mma_m64n128k16_bf16, wait_all_m64n128, "m64n128k16", "128", acc_list_n128,
     [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);

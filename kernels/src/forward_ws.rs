@@ -1,0 +1,887 @@
+//! Mamba-3 MIMO chunked forward (spec §2.2, §2.3) on Hopper's warpgroup tensor cores, warp
+//! specialized, for the tensor-core geometry: R = 4, N = 128, P = 64, Na = 32, C = 16, bf16
+//! activations, the half-split rotation, the gated output (`output_mode::GATED`).
+//!
+//! A block of three warpgroups runs two units (heads `2x`, `2x + 1` of one batch row and
+//! sequence segment; both in one q/k group, so they read the same raw q and k rows):
+//!
+//! * **the producer** (warpgroup 0) stages each chunk's raw rows with `cp.async` (double-buffered,
+//!   one chunk ahead), forms per unit the token scalars, the score weights, the angles and their
+//!   cosines and sines, and writes the unit's operand tiles: q̂ and k̂ (biased, rotated; bf16),
+//!   x = v·mimo_v and x_w = x·exp(Ā_i)·c_i, all 128-byte swizzled;
+//! * **two consumers** (warpgroups 1 and 2, one per unit) hold the unit's state `H` (P×N, f32) as
+//!   `wgmma` accumulators and run each chunk's products as warpgroup `wgmma`: the scores
+//!   `q̂·k̂ᵀ`, the inter-chunk outputs `H·q̂ᵀ` with `H` itself (rounded to bf16) as the register A
+//!   operand, the state pass `H ← exp(A_last)·H + x_wᵀ·k̂`, then the intra-chunk outputs
+//!   `xᵀ·Sᵀ` from the weighted scores; then the gate and the rank contraction.
+//!
+//! The outputs are formed transposed, `Yᵀ` (P × 64 rows of the chunk), and the chunk's rows are
+//! ordered by `forward_ws_smem::tile_row`, so that each consumer thread's accumulator columns hold
+//! all four ranks of four times: the rank contraction is in-thread, with no exchange. D·x enters
+//! as D on the diagonal of the weighted scores (x's own row of the intra product).
+//!
+//! Hand-offs: for each unit a `full` named barrier (the producer arrives once the unit's tiles of
+//! a chunk are written and fenced for the async proxy; the consumer waits) and an `empty` one (the
+//! consumer arrives once its products have read them; the producer waits before overwriting). The
+//! per-chunk score weights and decays are double-banked by chunk parity, so the producer forms
+//! them before the `empty` wait. The two consumers are half a chunk apart: while one runs its
+//! products, the other runs its epilogue and the producer fills the first's next tiles.
+//!
+//! Precision: as the `mma.sync` tensor-core kernel (`chunked_forward_mma`): q̂ and k̂ biased and
+//! rotated in f32 and rounded once (biases rounded to bf16 first, as upstream casts them, added
+//! the same error to every token of a head, which the state accumulates: 1.01e-2 at S = 1000
+//! against 2.8e-3), with D rounded into the diagonal of the weighted scores.
+//!
+//! Status: correct (CPU emulation with happens-before race checks; H100 GPU suite), not faster:
+//! on an H100 it runs 8.6% slower than the tensor-core forward's `wgmma` twin at H=64 B=8
+//! S=2048 (1888.6 against 1738.3 µs), bound by the one producer warpgroup, so the host runs it
+//! only when asked (`Gpu::set_warp_specialized_kernels`); see `notes/forward-fma.md`, v14.
+//!
+//! # Launch contract
+//! Grid `(H/2, B·K)` (K segments, [`ForwardParams::segments`]), block
+//! `mamba3_abi::FORWARD_WS_THREADS`, dynamic shared memory `forward_ws_smem::BYTES`, compute
+//! capability 9.0 (the `sm_90a` module); the geometry, dtype, rotation and mode above, H/G even,
+//! no initial state and no checkpoints; q, k, v, the angle logits, the output, the final k̂ and v
+//! 16-byte aligned, the final and hand-off SSM states 8-byte aligned; every pointer valid for its
+//! documented shape (the host validates). Segments other than the first start from the hand-off
+//! slots of the segment-state and combine passes.
+
+use mamba3_abi::{forward_ws_smem as L, ForwardParams};
+
+use crate::angles::{
+    angle_increment_f32, reduced_near_f32, rotate_pair, stored_f32, wrap_two_pi_f64,
+};
+use crate::arch::barrier::{bar_arrive, bar_sync, setmaxnreg_dec, setmaxnreg_inc};
+use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
+use crate::arch::float::{pack_bf16x2, sincos_approx};
+use crate::arch::global::{ld_global_v2_f32, st_global_v2_f32, st_global_v4_f32};
+use crate::arch::sreg::{
+    block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
+    shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
+    st_shared_v2_f32, thread_x,
+};
+use crate::arch::wgmma;
+use crate::elem::{ldg, stg, Bf16, Elem};
+use crate::math::{exp, mul_silu_tanh_approx, sigmoid_rcp};
+
+const R: u32 = 4;
+const N: u32 = 128;
+const P: u32 = 64;
+const NA: u32 = 32;
+const C: u32 = 16;
+
+/// Named barriers: `FULL + u` and `EMPTY + u` (producer and consumer `u`, 256 threads), the
+/// consumer's own `CONSUMER + u` (128) and the producer's own [`PRODUCER`] (128).
+const FULL: u32 = 1;
+const EMPTY: u32 = 3;
+const CONSUMER: u32 = 5;
+const PRODUCER: u32 = 7;
+
+/// Registers per thread after `setmaxnreg`: the producer releases to the two consumers. A block
+/// only redistributes what it was launched with, 168 per thread (`.maxntid 384`,
+/// `.minnctapersm 1`): asking for more makes the consumers' `setmaxnreg.inc` wait forever.
+const PRODUCER_REGS: u32 = 104;
+const CONSUMER_REGS: u32 = 200;
+const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
+
+/// A 16-byte aligned shared-memory base: the dynamic base rounded up to `L::ALIGN`.
+#[inline(always)]
+fn layout_base() -> u32 {
+    (smem_base() + L::ALIGN - 1) & !(L::ALIGN - 1)
+}
+
+/// What every warpgroup knows of the block's work.
+#[derive(Clone, Copy)]
+struct Work {
+    /// Batch row, segment, segments.
+    b: usize,
+    seg: usize,
+    segments: usize,
+    /// The heads of units 0 and 1 (`2x`, `2x + 1`) and their q/k group.
+    h0: usize,
+    g: usize,
+    /// S, H, G.
+    s_len: usize,
+    heads: usize,
+    groups: usize,
+    /// The segment's tokens `[t_begin, t_end)`.
+    t_begin: u32,
+    t_end: u32,
+}
+
+impl Work {
+    #[inline(always)]
+    fn new(prm: &ForwardParams) -> Self {
+        let (heads, groups) = (prm.heads as usize, prm.groups as usize);
+        let h0 = 2 * block_x() as usize;
+        let segments = prm.segments.max(1) as usize;
+        let y = block_y() as usize;
+        let (b, seg) = (y / segments, y % segments);
+        let (t_begin, t_end) = if segments > 1 {
+            let span = prm.seg_chunks * C;
+            (
+                (seg as u32 * span).min(prm.seq_len),
+                ((seg as u32 + 1) * span).min(prm.seq_len),
+            )
+        } else {
+            (0, prm.seq_len)
+        };
+        Work {
+            b,
+            seg,
+            segments,
+            h0,
+            g: h0 / (heads / groups),
+            s_len: prm.seq_len as usize,
+            heads,
+            groups,
+            t_begin,
+            t_end,
+        }
+    }
+
+    /// Chunks of the segment.
+    #[inline(always)]
+    fn chunks(&self) -> u32 {
+        (self.t_end - self.t_begin).div_ceil(C)
+    }
+
+    /// First token and length of chunk `k`.
+    #[inline(always)]
+    fn chunk(&self, k: u32) -> (u32, u32) {
+        let c0 = self.t_begin + k * C;
+        (c0, (self.t_end - c0).min(C))
+    }
+
+    /// Start of unit `u`'s (b, h) row in the (B,H,S) tensors.
+    #[inline(always)]
+    fn row(&self, u: u32) -> usize {
+        (self.b * self.heads + self.h0 + u as usize) * self.s_len
+    }
+}
+
+/// Address of unit `u`'s operand tile at offset `tile` (`L::Q`, …).
+#[inline(always)]
+fn unit_tile(base: u32, u: u32, tile: u32) -> u32 {
+    base + u * L::UNIT_BYTES + tile
+}
+
+/// The kernel body (see the module docs).
+///
+/// # Safety
+/// The launch contract of the module docs.
+#[inline(always)]
+pub unsafe fn forward_ws(prm: &ForwardParams) {
+    // Through a broadcast from lane 0, so that the compiler knows the warpgroup index (and every
+    // tile address and descriptor derived from it) is uniform across the warp.
+    let wg = shfl_idx_f32(f32::from_bits(thread_x() / 128), 0).to_bits();
+    // SAFETY: the launch contract; each warpgroup takes one branch as a whole. Nothing but the
+    // warpgroup index is live across `setmaxnreg` (the rest is formed after it, in the role's
+    // own register budget).
+    unsafe {
+        if wg == 0 {
+            setmaxnreg_dec::<PRODUCER_REGS>();
+            producer(prm, &Work::new(prm), thread_x());
+        } else {
+            setmaxnreg_inc::<CONSUMER_REGS>();
+            let tid = thread_x();
+            consumer(prm, &Work::new(prm), wg - 1, tid - 128 * wg);
+        }
+    }
+}
+
+/// Issues the `cp.async` copies of chunk `k`'s raw rows into staging buffer `k mod 2`: raw q and
+/// k of the block's group (16 pieces of each of 64 rows per tensor, rows of times ≥ len
+/// zero-filled), and per unit its v rows and angle logits.
+#[inline(always)]
+unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: u32) {
+    let (c0, len) = work.chunk(k);
+    let buf = base + L::RAW + (k & 1) * L::RAW_BYTES;
+    let piece = tid % 16;
+    let token_elems = R as usize * work.groups * N as usize;
+    // SAFETY (whole body): sources are 16-byte pieces of tokens < S of the 16-byte aligned
+    // tensors of the launch contract (time c0's for zero-filled rows, never read); destinations
+    // inside the staging buffer.
+    unsafe {
+        for j in 0..8u32 {
+            let rho = tid / 16 + 8 * j;
+            let (t, r) = (rho / 4, rho % 4);
+            let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
+            let elem = (work.b * work.s_len + src_t as usize) * token_elems
+                + (r as usize * work.groups + work.g) * N as usize
+                + 8 * piece as usize;
+            let dst = buf + rho * 256 + 16 * L::raw_piece(rho, piece);
+            cp_async_cg_16_zfill(dst, (prm.q + 2 * elem as u64) as *const u8, size);
+            cp_async_cg_16_zfill(dst + L::RAW_K, (prm.k + 2 * elem as u64) as *const u8, size);
+        }
+        let (t, piece) = (tid / 8, tid % 8);
+        let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
+        for u in 0..2u32 {
+            let unit = buf + L::RAW_UNIT + u * L::RAW_UNIT_BYTES;
+            let bth = (work.b * work.s_len + src_t as usize) * work.heads + work.h0 + u as usize;
+            let v_src = prm.v + 2 * (bth * P as usize + 8 * piece as usize) as u64;
+            cp_async_cg_16_zfill(
+                unit + t * L::V_STRIDE + 16 * piece,
+                v_src as *const u8,
+                size,
+            );
+            let a_src = prm.angles + 4 * (bth * NA as usize + 4 * piece as usize) as u64;
+            cp_async_cg_16_zfill(
+                unit + L::RAW_LOGITS + t * 128 + 16 * piece,
+                a_src as *const u8,
+                size,
+            );
+        }
+    }
+}
+
+/// The producer's registers that carry inputs one chunk ahead: the token scalars (scalar warps,
+/// lane u ≤ 16: adt, Δ, trap logit) or Δ (angle warps, lane u < 16).
+#[derive(Clone, Copy, Default)]
+struct Ahead {
+    adt: f32,
+    dt: f32,
+    trap: f32,
+}
+
+/// Loads the [`Ahead`] registers of chunk `k` for this lane (`scalar_warp`: the token scalars,
+/// else Δ of the angle increments) of unit `u`.
+#[inline(always)]
+unsafe fn load_ahead(
+    prm: &ForwardParams,
+    work: &Work,
+    k: u32,
+    u: u32,
+    lane: u32,
+    scalar_warp: bool,
+) -> Ahead {
+    let mut a = Ahead::default();
+    if k >= work.chunks() {
+        return a;
+    }
+    let (c0, len) = work.chunk(k);
+    let t = (c0 + lane) as usize;
+    let row = work.row(u);
+    // SAFETY: token indices checked against the sequence; (B,H,S) tensors of the launch contract.
+    unsafe {
+        if scalar_warp {
+            if lane <= C && t < work.s_len {
+                if lane < len {
+                    a.adt = ldg(prm.adt, row + t);
+                }
+                a.dt = ldg(prm.dt, row + t);
+                a.trap = Bf16::load(prm.trap, row + t);
+            }
+        } else if lane < len {
+            a.dt = ldg(prm.dt, row + t);
+        }
+    }
+    a
+}
+
+/// Scalar warp of unit `u`, chunk `k` (length `len`) from its [`Ahead`] registers: `A_i`, `γ_i`,
+/// `c_i = γ_i + ε_{i+1}`; the score weights `w(i, i')` (`c_{i'}·exp(A_i − A_{i'})` below the
+/// diagonal, `γ_i` on it) and `exp(A_i)`, the decay `exp(A_last)` into the consumer's bank `k mod
+/// 2`, the key scales `exp(Ā_i)·c_i` into the producer's table.
+#[inline(always)]
+unsafe fn token_scalars(base: u32, u: u32, k: u32, len: u32, lane: u32, sc: Ahead) {
+    let a = if lane < len { sc.adt } else { 0.0 };
+    let mut pre = a;
+    let mut rev = shfl_idx_f32(a, 15u32.wrapping_sub(lane));
+    for d in [1u32, 2, 4, 8] {
+        let o = shfl_up_f32(pre, d);
+        let orev = shfl_up_f32(rev, d);
+        if lane >= d {
+            pre += o;
+            rev += orev;
+        }
+    }
+    // rev at lane k sums times ≥ 15 − k, so Ā_i = Σ_{u > i} sits at lane 14 − i.
+    let suf = shfl_idx_f32(rev, 14u32.wrapping_sub(lane));
+    let suf = if lane < 15 { suf } else { 0.0 };
+    let gamma = if lane < len {
+        sigmoid_rcp(sc.trap) * sc.dt
+    } else {
+        0.0
+    };
+    // Zero past S (Δ = 0 there).
+    let eps = sc.dt * sigmoid_rcp(-sc.trap);
+    let eps_next = shfl_idx_f32(eps, lane + 1);
+    let c_s = if lane < len { gamma + eps_next } else { 0.0 };
+    let exp_a = exp(pre);
+    let decay = shfl_idx_f32(exp_a, len - 1);
+    let bank = 2 * u + (k & 1);
+    let wt = base + L::WT + bank * 1024;
+    let ea = base + L::EXPA + bank * 128;
+    // The weights: entry e = lane + 32j is (i, i') = (e / 16, e mod 16).
+    let ip = lane % 16;
+    let (a_ip, c_ip) = (shfl_idx_f32(pre, ip), shfl_idx_f32(c_s, ip));
+    // SAFETY (whole body): indices inside the WT, EXPA and KSCALE regions.
+    unsafe {
+        for j in 0..8u32 {
+            let i = lane / 16 + 2 * j;
+            let a_i = shfl_idx_f32(pre, i);
+            let g_i = shfl_idx_f32(gamma, i);
+            let w = if ip < i {
+                exp(a_i - a_ip) * c_ip
+            } else if ip == i {
+                g_i
+            } else {
+                0.0
+            };
+            st_shared_f32(wt + 4 * (lane + 32 * j), w);
+        }
+        if lane < C {
+            st_shared_f32(ea + 4 * lane, exp_a);
+            st_shared_f32(base + L::KSCALE + 64 * u + 4 * lane, exp(suf) * c_s);
+        }
+        if lane == C {
+            st_shared_f32(ea + 4 * C, decay);
+        }
+    }
+}
+
+/// Angle warp of unit `u`, chunk `k`: θ of each (time, angle) from the carry `carry` (this lane's
+/// angle, f64 in [0, 2π)) and the staged logits, its cosine and sine into the producer's table;
+/// returns the new carry (θ at the chunk's last time, reduced).
+#[inline(always)]
+unsafe fn chunk_angles(
+    base: u32,
+    u: u32,
+    k: u32,
+    len: u32,
+    lane: u32,
+    dts: f32,
+    carry: f64,
+) -> f64 {
+    let logits = base
+        + L::RAW
+        + (k & 1) * L::RAW_BYTES
+        + L::RAW_UNIT
+        + u * L::RAW_UNIT_BYTES
+        + L::RAW_LOGITS;
+    let cs = base + L::CS + u * 16 * L::CS_STRIDE + 16 * (lane / 2) + 8 * (lane % 2);
+    let mut acc = 0.0f64;
+    let mut next = carry;
+    // SAFETY (whole body): indices inside the staged logits and the CS table.
+    unsafe {
+        for t in 0..C {
+            let logit = ld_shared_f32(logits + 128 * t + 4 * lane);
+            // Times past `len` have logit and Δ zero: their increment is an exact zero.
+            acc += angle_increment_f32(logit, shfl_idx_f32(dts, t)) as f64;
+            let th = carry + acc;
+            let (s, c) = sincos_approx(reduced_near_f32(th));
+            st_shared_v2_f32(cs + t * L::CS_STRIDE, [c, s]);
+            if t == len - 1 {
+                next = wrap_two_pi_f64(th);
+            }
+        }
+    }
+    next
+}
+
+/// The producer warpgroup (thread `tid` < 128).
+#[inline(always)]
+unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
+    let base = layout_base();
+    let (pw, lane) = (tid / 32, tid % 32);
+    // Scalar work: warps 0, 1 the angles of units 0, 1; warps 2, 3 their token scalars.
+    let (su, scalar_warp) = (pw & 1, pw >= 2);
+    let chunks = work.chunks();
+    // The rotation's thread map: angle word m (columns 2m, 2m+1 and their partners 64 + 2m,
+    // 65 + 2m; biased-only columns 32 + 2m, 96 + 2m), times a + 4j, ranks b and b + 2.
+    let m = 4 * pw + lane / 8;
+    let (a, b) = ((lane % 8) / 2, lane % 2);
+    let sw = 2 * a + b;
+    // SAFETY (whole body): the launch contract; shared addresses inside the layout.
+    unsafe {
+        // Per-unit tables: the biases of each thread's columns, mimo_v.
+        for e in [tid, tid + 128] {
+            // (unit, rank, tensor, word m): 2·4·2·16 = 256 entries of 8 f32.
+            let (u, r, x, mm) = (e / 128, (e / 32) % 4, (e / 16) % 2, e % 16);
+            let src = if x == 0 { prm.q_bias } else { prm.k_bias };
+            let hr = ((work.h0 + u as usize) * R as usize + r as usize) * N as usize;
+            let at = base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 32 * mm;
+            for (i, c0) in [2 * mm, 64 + 2 * mm, 32 + 2 * mm, 96 + 2 * mm]
+                .iter()
+                .enumerate()
+            {
+                let pair = [0, 1].map(|e| ldg(src, hr + *c0 as usize + e));
+                st_shared_v2_f32(at + 8 * i as u32, pair);
+            }
+        }
+        for e in (tid..2 * R * P).step_by(128) {
+            let (u, rp) = (e / (R * P), e % (R * P));
+            let v = ldg(
+                prm.mimo_v,
+                (work.h0 + u as usize) * (R * P) as usize + rp as usize,
+            );
+            st_shared_f32(base + L::MIMO_V + 1024 * u + 4 * rp, v);
+        }
+        // θ entering the segment (angle warps: lane = angle).
+        let mut carry = 0.0f64;
+        if !scalar_warp && work.seg > 0 {
+            let bh = work.b * work.heads + work.h0 + su as usize;
+            let slot = bh * (work.segments - 1) + work.seg - 1;
+            let at = 2 * (slot * NA as usize + lane as usize);
+            carry = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
+        }
+        if chunks > 0 {
+            stage_chunk(prm, work, base, 0, tid);
+        }
+        commit_group();
+        let mut ahead = load_ahead(prm, work, 0, su, lane, scalar_warp);
+        for k in 0..chunks {
+            let (_, len) = work.chunk(k);
+            wait_group::<0>();
+            // Chunk k's rows have landed for every producer thread, and every thread is done
+            // with chunk k − 1's, whose buffer the next copies take.
+            bar_sync::<PRODUCER, 128>();
+            if k + 1 < chunks {
+                stage_chunk(prm, work, base, k + 1, tid);
+            }
+            commit_group();
+            let now = ahead;
+            ahead = load_ahead(prm, work, k + 1, su, lane, scalar_warp);
+            if scalar_warp {
+                token_scalars(base, su, k, len, lane, now);
+            } else {
+                carry = chunk_angles(base, su, k, len, lane, now.dt, carry);
+            }
+            bar_sync::<PRODUCER, 128>();
+            for u in 0..2u32 {
+                if k > 0 {
+                    if u == 0 {
+                        bar_sync::<EMPTY, 256>();
+                    } else {
+                        bar_sync::<{ EMPTY + 1 }, 256>();
+                    }
+                }
+                fill_unit(base, u, k, (m, a, b, sw));
+                wgmma::fence_proxy_async_shared();
+                if u == 0 {
+                    bar_arrive::<FULL, 256>();
+                } else {
+                    bar_arrive::<{ FULL + 1 }, 256>();
+                }
+            }
+        }
+        if chunks == 0 || work.t_end != work.s_len as u32 {
+            return;
+        }
+        // Final θ (angle warps), k̂ and raw v of the last token.
+        let bh0 = work.b * work.heads + work.h0;
+        if !scalar_warp && prm.final_theta != 0 {
+            stg(
+                prm.final_theta,
+                (bh0 + su as usize) * NA as usize + lane as usize,
+                stored_f32(carry),
+            );
+        }
+        bar_sync::<PRODUCER, 128>();
+        let (_, last_len) = work.chunk(chunks - 1);
+        let last = last_len - 1;
+        for u in 0..2u32 {
+            let bh = bh0 + u as usize;
+            if prm.final_k != 0 && tid < 64 {
+                let (r, piece) = (tid / 16, tid % 16);
+                let row = L::tile_row(last, r);
+                let v = ld_shared_v4_f32(
+                    unit_tile(base, u, L::K) + mamba3_abi::swizzle128_offset(64, row, 8 * piece),
+                );
+                let at = ((work.b * R as usize + r as usize) * work.heads + work.h0 + u as usize)
+                    * N as usize;
+                st_global_v4_f32(prm.final_k + 2 * at as u64 + 16 * piece as u64, v);
+            }
+            let piece = tid.wrapping_sub(64);
+            if prm.final_v != 0 && piece < P / 8 {
+                let row = base
+                    + L::RAW
+                    + ((chunks - 1) & 1) * L::RAW_BYTES
+                    + L::RAW_UNIT
+                    + u * L::RAW_UNIT_BYTES
+                    + last * L::V_STRIDE;
+                let v = ld_shared_v4_f32(row + 16 * piece);
+                st_global_v4_f32(
+                    prm.final_v + 2 * (bh * P as usize) as u64 + 16 * piece as u64,
+                    v,
+                );
+            }
+        }
+    }
+}
+
+/// Writes unit `u`'s operand tiles of chunk `k` (staged rows in buffer `k mod 2`): q̂ and k̂ of
+/// the thread's rows (times `a + 4j`, ranks `b`, `b + 2`; the word pairs of angle word `m`), x and
+/// x_w of the same rows (columns 2m, 2m+1 and 32 + 2m, 33 + 2m).
+#[inline(always)]
+unsafe fn fill_unit(base: u32, u: u32, k: u32, (m, a, b, sw): (u32, u32, u32, u32)) {
+    // Every address below is formed here at each call from fresh copies of the thread's
+    // constants: hoisted out of the chunk loop, the hundred-odd row addresses of both units
+    // would be held across it (and spilled).
+    let (base, m, a, b, sw) = (
+        fresh_u32(base),
+        fresh_u32(m),
+        fresh_u32(a),
+        fresh_u32(b),
+        fresh_u32(sw),
+    );
+    let buf = base + L::RAW + (k & 1) * L::RAW_BYTES;
+    let v_rows = buf + L::RAW_UNIT + u * L::RAW_UNIT_BYTES;
+    let cs_rows = base + L::CS + u * 16 * L::CS_STRIDE + 16 * m;
+    let ks_rows = base + L::KSCALE + 64 * u;
+    // Offsets within a row: raw words m, 16 + m, 32 + m, 48 + m (pieces swizzled by `sw`), the
+    // tiles' words of columns 2m (and + 64), 32 + 2m (and + 96), x's 2m and 32 + 2m.
+    let lo_piece = 16 * ((m / 4) ^ sw) + 4 * (m % 4);
+    let hi_piece = 16 * ((4 + m / 4) ^ sw) + 4 * (m % 4);
+    let raw_at = [lo_piece, hi_piece, 128 + lo_piece, 128 + hi_piece];
+    let tiles = base + u * L::UNIT_BYTES;
+    // SAFETY (whole body): indices inside the layout's regions.
+    unsafe {
+        // Rank by rank: its f32 biases (q and k) and mimo_v held for its four rows. The biases
+        // are added in f32 and each element rounded once, as the rotation's output: rounding the
+        // biases to bf16 first would add the same error to every token of the head, which the
+        // state then accumulates.
+        for rr in 0..2u32 {
+            let r = b + 2 * rr;
+            let bias = [0u32, 1].map(|x| {
+                let at = base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 32 * m;
+                let [b0, b1, b2, b3] = ld_shared_v4_f32(at);
+                let [b4, b5, b6, b7] = ld_shared_v4_f32(at + 16);
+                [b0, b1, b2, b3, b4, b5, b6, b7]
+            });
+            let mv_at = base + L::MIMO_V + 1024 * u + 4 * (r * P + 2 * m);
+            let (mv_lo, mv_hi) = (ld_shared_v2_f32(mv_at), ld_shared_v2_f32(mv_at + 4 * 32));
+            for j in 0..4u32 {
+                let t = a + 4 * j;
+                let cs = ld_shared_v4_f32(cs_rows + t * L::CS_STRIDE);
+                let rho = 4 * t + r;
+                let row = L::tile_row(t, r) * 128;
+                for (x, bq) in bias.iter().enumerate() {
+                    let raw = buf + x as u32 * L::RAW_K + rho * 256;
+                    let w = raw_at.map(|o| ld_shared_u32(raw + o));
+                    // Rotated pair: words m (columns 2m, 2m+1) and 32 + m (64 + 2m, 65 + 2m).
+                    let (u0, u1) = crate::chunked_forward_mma::unpack(w[0]);
+                    let (w0, w1) = crate::chunked_forward_mma::unpack(w[2]);
+                    let (u0, w0) = rotate_pair(u0 + bq[0], w0 + bq[2], cs[0], cs[1]);
+                    let (u1, w1) = rotate_pair(u1 + bq[1], w1 + bq[3], cs[2], cs[3]);
+                    let tile = tiles + if x == 0 { L::Q } else { L::K } + row;
+                    st_shared_u32(tile + lo_piece, pack_bf16x2(u0, u1));
+                    st_shared_u32(tile + 8192 + lo_piece, pack_bf16x2(w0, w1));
+                    // Biased-only pair: words 16 + m and 48 + m.
+                    let (p0, p1) = crate::chunked_forward_mma::unpack(w[1]);
+                    let (p2, p3) = crate::chunked_forward_mma::unpack(w[3]);
+                    st_shared_u32(tile + hi_piece, pack_bf16x2(p0 + bq[4], p1 + bq[5]));
+                    st_shared_u32(tile + 8192 + hi_piece, pack_bf16x2(p2 + bq[6], p3 + bq[7]));
+                }
+                let ks = ld_shared_f32(ks_rows + 4 * t);
+                let vw = [
+                    ld_shared_u32(v_rows + t * L::V_STRIDE + 4 * m),
+                    ld_shared_u32(v_rows + t * L::V_STRIDE + 64 + 4 * m),
+                ];
+                for h in 0..2usize {
+                    let (mr, piece) = if h == 0 {
+                        (mv_lo, lo_piece)
+                    } else {
+                        (mv_hi, hi_piece)
+                    };
+                    let (v0, v1) = crate::chunked_forward_mma::unpack(vw[h]);
+                    let (x0, x1) = (v0 * mr[0], v1 * mr[1]);
+                    st_shared_u32(tiles + L::X + row + piece, pack_bf16x2(x0, x1));
+                    st_shared_u32(tiles + L::XW + row + piece, pack_bf16x2(x0 * ks, x1 * ks));
+                }
+            }
+        }
+    }
+}
+
+/// Consumer `u` (thread `ct` < 128 of warpgroup `u + 1`).
+#[inline(always)]
+unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
+    let base = layout_base();
+    let (w, lane) = (ct / 32, ct % 32);
+    let (g, q) = (lane / 4, lane % 4);
+    let h = work.h0 + u as usize;
+    let bh = work.b * work.heads + h;
+    let chunks = work.chunks();
+    // State rows p0 and p0 + 8 of the thread (and output columns).
+    let p0 = 16 * w + g;
+    let tiles = base + u * L::UNIT_BYTES;
+    let has_z = prm.z != 0;
+    // SAFETY (whole body): the launch contract; shared addresses inside the layout.
+    unsafe {
+        let d = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
+        // mimo_z, mimo_o of column ct / 2 (lanes ct, ct + 1: ranks 0–1 and 2–3), into the
+        // consumer's own table (read after the first chunk's barriers).
+        let zo = base + L::MIMO_ZO + 2048 * u;
+        {
+            let (p, r0) = (ct / 2, 2 * (ct % 2));
+            for r in r0..r0 + 2 {
+                let at = (h * R as usize + r as usize) * P as usize + p as usize;
+                let mzv = if has_z { ldg(prm.mimo_z, at) } else { 0.0 };
+                st_shared_f32(zo + 32 * p + 4 * r, mzv);
+                st_shared_f32(zo + 32 * p + 16 + 4 * r, ldg(prm.mimo_o, at));
+            }
+        }
+        let mut state = [[0.0f32; 4]; 16];
+        if work.seg > 0 {
+            let slot = bh * (work.segments - 1) + work.seg - 1;
+            let at = slot * (P * N) as usize;
+            for (j, st) in state.iter_mut().enumerate() {
+                for hh in 0..2usize {
+                    let e = at + (p0 as usize + 8 * hh) * N as usize + 8 * j + 2 * q as usize;
+                    let [x, y] = ld_global_v2_f32(prm.seg_state + 4 * e as u64);
+                    st[2 * hh] = x;
+                    st[2 * hh + 1] = y;
+                }
+            }
+        }
+        let mut z = load_z(prm, work, 0, h, (p0, q), has_z);
+        for k in 0..chunks {
+            let (c0, len) = work.chunk(k);
+            if u == 0 {
+                bar_sync::<FULL, 256>();
+            } else {
+                bar_sync::<{ FULL + 1 }, 256>();
+            }
+            let bank = 2 * u + (k & 1);
+            let decay = ld_shared_f32(base + L::EXPA + bank * 128 + 4 * C);
+            let (q_at, k_at) = (tiles + L::Q, tiles + L::K);
+            // Scores q̂·k̂ᵀ first, weighted and stored before the other products are issued: their
+            // accumulators and the inter-chunk product's A registers are never live together (the
+            // other consumer keeps the tensor cores busy meanwhile).
+            wgmma::fence();
+            let mut s = wgmma::mma_m64n64k16_bf16_fresh::<false, false>(
+                wgmma::k_major_desc(q_at, 64, 0),
+                wgmma::k_major_desc(k_at, 64, 0),
+            );
+            for kk in 1..8u32 {
+                wgmma::mma_m64n64k16_bf16::<false, false>(
+                    &mut s,
+                    wgmma::k_major_desc(q_at, 64, 16 * kk),
+                    wgmma::k_major_desc(k_at, 64, 16 * kk),
+                    true,
+                );
+            }
+            wgmma::commit_group();
+            // The row time's weights of the column times 4kk + q, read while the scores run.
+            let wt = fresh_u32(base) + L::WT + bank * 1024 + 4 * (16 * (4 * w + g / 2) + q);
+            let weights = [0u32, 1, 2, 3].map(|kk| ld_shared_f32(wt + 16 * kk));
+            wgmma::wait_m64n64::<0>(&mut s);
+            // Weighted scores (time weights; D on the diagonal) as bf16 into the S tile.
+            let diag = g / 2 == q;
+            for (jj, sj) in s.iter().enumerate() {
+                let wv = weights[jj / 2];
+                for hh in 0..2usize {
+                    let on_diag = diag && jj as u32 == 2 * w + hh as u32;
+                    let (d0, d1) = if on_diag {
+                        if g % 2 == 0 {
+                            (d, 0.0)
+                        } else {
+                            (0.0, d)
+                        }
+                    } else {
+                        (0.0, 0.0)
+                    };
+                    let row = 16 * w + 8 * hh as u32 + g;
+                    let at = tiles
+                        + L::S
+                        + mamba3_abi::swizzle128_offset(64, row, 8 * jj as u32 + 2 * q);
+                    st_shared_u32(
+                        at,
+                        pack_bf16x2(sj[2 * hh] * wv + d0, sj[2 * hh + 1] * wv + d1),
+                    );
+                }
+            }
+            // The state before this chunk as the inter-chunk product's A operand (bf16), then
+            // decayed for the state pass; the two products as two groups.
+            let mut hb = [[0u32; 4]; 8];
+            for (kk, a) in hb.iter_mut().enumerate() {
+                let (s0, s1) = (&state[2 * kk], &state[2 * kk + 1]);
+                *a = [
+                    pack_bf16x2(s0[0], s0[1]),
+                    pack_bf16x2(s0[2], s0[3]),
+                    pack_bf16x2(s1[0], s1[1]),
+                    pack_bf16x2(s1[2], s1[3]),
+                ];
+            }
+            for st in state.iter_mut() {
+                for v in st.iter_mut() {
+                    *v *= decay;
+                }
+            }
+            wgmma::fence();
+            let mut y = wgmma::mma_m64n64k16_bf16_rs_fresh::<false>(
+                hb[0],
+                wgmma::k_major_desc(q_at, 64, 0),
+            );
+            for (kk, a) in hb.iter().enumerate().skip(1) {
+                wgmma::mma_m64n64k16_bf16_rs::<false>(
+                    &mut y,
+                    *a,
+                    wgmma::k_major_desc(q_at, 64, 16 * kk as u32),
+                    true,
+                );
+            }
+            wgmma::commit_group();
+            for kk in 0..4u32 {
+                wgmma::mma_m64n128k16_bf16::<true, true>(
+                    &mut state,
+                    wgmma::mn_major_desc(tiles + L::XW, 64, 16 * kk),
+                    wgmma::mn_major_desc(k_at, 64, 16 * kk),
+                    true,
+                );
+            }
+            wgmma::commit_group();
+            wgmma::fence_proxy_async_shared();
+            let ea_at = fresh_u32(base) + L::EXPA + bank * 128 + 4 * q;
+            let ea = [0u32, 1, 2, 3].map(|kk| ld_shared_f32(ea_at + 16 * kk));
+            if u == 0 {
+                bar_sync::<CONSUMER, 128>();
+            } else {
+                bar_sync::<{ CONSUMER + 1 }, 128>();
+            }
+            wgmma::wait_m64n64::<1>(&mut y);
+            wgmma::keep_a_m64k128(&mut hb);
+            for (jj, yj) in y.iter_mut().enumerate() {
+                for v in yj.iter_mut() {
+                    *v *= ea[jj / 2];
+                }
+            }
+            // The intra-chunk outputs xᵀ·Sᵀ.
+            wgmma::fence();
+            for kk in 0..4u32 {
+                wgmma::mma_m64n64k16_bf16::<true, false>(
+                    &mut y,
+                    wgmma::mn_major_desc(tiles + L::X, 64, 16 * kk),
+                    wgmma::k_major_desc(tiles + L::S, 64, 16 * kk),
+                    true,
+                );
+            }
+            wgmma::commit_group();
+            wgmma::wait_m64n64::<0>(&mut y);
+            wgmma::wait_m64n128::<0>(&mut state);
+            if k + 1 < chunks {
+                if u == 0 {
+                    bar_arrive::<EMPTY, 256>();
+                } else {
+                    bar_arrive::<{ EMPTY + 1 }, 256>();
+                }
+            }
+            // Gate and rank contraction: column 8j + 2q + e of y is time 4(j/2) + q, rank
+            // 2(j mod 2) + e.
+            let zc = z;
+            z = load_z(prm, work, k + 1, h, (p0, q), has_z);
+            let base = fresh_u32(base);
+            let out_rows = base + L::OUT + u * 16 * L::OUT_STRIDE;
+            let zo = base + L::MIMO_ZO + 2048 * u + 32 * p0;
+            let zo = [zo, zo + 32 * 8].map(|at| {
+                let [z0, z1, z2, z3] = ld_shared_v4_f32(at);
+                let [o0, o1, o2, o3] = ld_shared_v4_f32(at + 16);
+                ([z0, z1, z2, z3], [o0, o1, o2, o3])
+            });
+            let mut o = [[0.0f32; 2]; 4];
+            for (kk, ok) in o.iter_mut().enumerate() {
+                for (hh, out) in ok.iter_mut().enumerate() {
+                    let zv = f32::from_bits(if hh == 0 {
+                        zc[kk] << 16
+                    } else {
+                        zc[kk] & 0xffff_0000
+                    });
+                    let (mz, mo) = &zo[hh];
+                    for jr in 0..2usize {
+                        for e in 0..2usize {
+                            let r = 2 * jr + e;
+                            let yv = y[2 * kk + jr][2 * hh + e];
+                            let gated = if has_z {
+                                mul_silu_tanh_approx(yv, zv * mz[r])
+                            } else {
+                                yv
+                            };
+                            *out += gated * mo[r];
+                        }
+                    }
+                }
+            }
+            // Column pairs (p, p + 1) through lanes g, g ^ 1: the even lane keeps times q and
+            // 4 + q, the odd one 8 + q and 12 + q; one 4-byte store each.
+            let odd = g % 2 == 1;
+            for j in 0..2usize {
+                for hh in 0..2usize {
+                    let (keep, give) = if odd {
+                        (o[2 + j][hh], o[j][hh])
+                    } else {
+                        (o[j][hh], o[2 + j][hh])
+                    };
+                    let other = shfl_xor_f32(give, 4);
+                    let (lo, hi) = if odd { (other, keep) } else { (keep, other) };
+                    let t = 4 * (j as u32 + 2 * odd as u32) + q;
+                    let p = (p0 & !1) + 8 * hh as u32;
+                    st_shared_u32(out_rows + t * L::OUT_STRIDE + 2 * p, pack_bf16x2(lo, hi));
+                }
+            }
+            if u == 0 {
+                bar_sync::<CONSUMER, 128>();
+            } else {
+                bar_sync::<{ CONSUMER + 1 }, 128>();
+            }
+            let (t, piece) = (ct / 8, ct % 8);
+            if t < len {
+                let v = ld_shared_v4_f32(out_rows + t * L::OUT_STRIDE + 16 * piece);
+                let at = ((work.b * work.s_len + (c0 + t) as usize) * work.heads + h) * P as usize
+                    + 8 * piece as usize;
+                st_global_v4_f32(prm.out + 2 * at as u64, v);
+            }
+        }
+        if chunks > 0 && work.t_end == work.s_len as u32 && prm.final_ssm != 0 {
+            let at = bh * (P * N) as usize;
+            for (j, st) in state.iter().enumerate() {
+                for hh in 0..2usize {
+                    let e = at + (p0 as usize + 8 * hh) * N as usize + 8 * j + 2 * q as usize;
+                    st_global_v2_f32(prm.final_ssm + 4 * e as u64, [st[2 * hh], st[2 * hh + 1]]);
+                }
+            }
+        }
+    }
+}
+
+/// z of chunk `k` at the thread's outputs: times `4kk + q`, columns `p0` (low half) and `p0 + 8`
+/// (high half) of each word; zeros past the chunk (or without z).
+#[inline(always)]
+unsafe fn load_z(
+    prm: &ForwardParams,
+    work: &Work,
+    k: u32,
+    h: usize,
+    (p0, q): (u32, u32),
+    has_z: bool,
+) -> [u32; 4] {
+    let mut z = [0u32; 4];
+    if !has_z || k >= work.chunks() {
+        return z;
+    }
+    let (c0, len) = work.chunk(k);
+    // SAFETY: tokens < len of the chunk, inside the (B,S,H,P) z of the launch contract.
+    unsafe {
+        for (kk, zw) in z.iter_mut().enumerate() {
+            let t = 4 * kk as u32 + q;
+            if t < len {
+                let at = ((work.b * work.s_len + (c0 + t) as usize) * work.heads + h) * P as usize
+                    + p0 as usize;
+                *zw = pack_bf16x2(Bf16::load(prm.z, at), Bf16::load(prm.z, at + 8));
+            }
+        }
+    }
+    z
+}
+
+/// The warp-specialized bf16 forward at R = 4, N = 128, P = 64, Na = 32, C = 16 (module docs).
+///
+/// # Safety
+/// The launch contract of the module docs.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn forward_ws_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
+    // SAFETY: forwarded to the caller.
+    unsafe { forward_ws(&params) }
+}
