@@ -452,11 +452,12 @@ unsafe fn phase_increments_carried<G: Regions, const GIVEN: bool>(
     }
 }
 
-/// Warp 0: `A_i` (inclusive prefix of adt), `Ā_i` (exclusive suffix), `γ_i`, `c_i = γ_i + ε_{i+1}`
-/// and the derived `exp(A_i)`, `exp(Ā_i)·c_i`, one time per lane.
+/// A chunk's token scalars, one time per lane of a warp (`sc` = adt, Δ, trap logit of chunk time
+/// `lane`, lanes ≤ 16, zeros past S): `(A_i, Ā_i, γ_i, c_i)`, the inclusive prefix and exclusive
+/// suffix of adt over the chunk's `len` times, `γ_i = σ(trap)·Δ` and `c_i = γ_i + ε_{i+1}` (zero
+/// past `len`). Every lane of the warp calls it together.
 #[inline(always)]
-unsafe fn token_scalars<G: Regions>(bk: &Blk, len: u32, sc: [f32; 3], bank: u32) {
-    let lane = bk.lane;
+pub(crate) fn chunk_token_scalars(lane: u32, len: u32, sc: [f32; 3]) -> [f32; 4] {
     let a = if lane < len { sc[0] } else { 0.0 };
     let mut pre = a;
     let mut rev = shfl_idx_f32(a, 15u32.wrapping_sub(lane));
@@ -481,6 +482,15 @@ unsafe fn token_scalars<G: Regions>(bk: &Blk, len: u32, sc: [f32; 3], bank: u32)
     let eps = dt * sigmoid_rcp(-tr);
     let eps_next = shfl_idx_f32(eps, lane + 1);
     let c_s = if lane < len { gamma + eps_next } else { 0.0 };
+    [pre, suf, gamma, c_s]
+}
+
+/// Warp 0: `A_i` (inclusive prefix of adt), `Ā_i` (exclusive suffix), `γ_i`, `c_i = γ_i + ε_{i+1}`
+/// and the derived `exp(A_i)`, `exp(Ā_i)·c_i`, one time per lane.
+#[inline(always)]
+unsafe fn token_scalars<G: Regions>(bk: &Blk, len: u32, sc: [f32; 3], bank: u32) {
+    let lane = bk.lane;
+    let [pre, suf, gamma, c_s] = chunk_token_scalars(lane, len, sc);
     if lane < C {
         // SAFETY: lane < 16 indexes the SCAL rows.
         unsafe {

@@ -57,12 +57,12 @@ use crate::arch::float::{pack_bf16x2, sincos_approx};
 use crate::arch::global::{ld_global_v2_f32, st_global_v2_f32, st_global_v4_f32};
 use crate::arch::sreg::{
     block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
-    shfl_idx_f32, shfl_up_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
-    st_shared_v2_f32, thread_x,
+    shfl_idx_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32, st_shared_v2_f32,
+    thread_x,
 };
 use crate::arch::wgmma;
 use crate::elem::{ldg, stg, Bf16, Elem};
-use crate::math::{exp, mul_silu_tanh_approx, sigmoid_rcp};
+use crate::math::{exp, mul_silu_tanh_approx};
 
 const R: u32 = 4;
 const N: u32 = 128;
@@ -285,29 +285,8 @@ unsafe fn load_ahead(
 /// 2`, the key scales `exp(Ā_i)·c_i` into the producer's table.
 #[inline(always)]
 unsafe fn token_scalars(base: u32, u: u32, k: u32, len: u32, lane: u32, sc: Ahead) {
-    let a = if lane < len { sc.adt } else { 0.0 };
-    let mut pre = a;
-    let mut rev = shfl_idx_f32(a, 15u32.wrapping_sub(lane));
-    for d in [1u32, 2, 4, 8] {
-        let o = shfl_up_f32(pre, d);
-        let orev = shfl_up_f32(rev, d);
-        if lane >= d {
-            pre += o;
-            rev += orev;
-        }
-    }
-    // rev at lane k sums times ≥ 15 − k, so Ā_i = Σ_{u > i} sits at lane 14 − i.
-    let suf = shfl_idx_f32(rev, 14u32.wrapping_sub(lane));
-    let suf = if lane < 15 { suf } else { 0.0 };
-    let gamma = if lane < len {
-        sigmoid_rcp(sc.trap) * sc.dt
-    } else {
-        0.0
-    };
-    // Zero past S (Δ = 0 there).
-    let eps = sc.dt * sigmoid_rcp(-sc.trap);
-    let eps_next = shfl_idx_f32(eps, lane + 1);
-    let c_s = if lane < len { gamma + eps_next } else { 0.0 };
+    let [pre, suf, gamma, c_s] =
+        crate::chunked_forward_mma::chunk_token_scalars(lane, len, [sc.adt, sc.dt, sc.trap]);
     let exp_a = exp(pre);
     let decay = shfl_idx_f32(exp_a, len - 1);
     let bank = 2 * u + (k & 1);
