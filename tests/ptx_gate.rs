@@ -262,6 +262,25 @@ fn dependent_launch_prologue_precedes_every_memory_access() {
         hopper.matches("wgmma.mma_async.sync.aligned").count(),
         mamba3::PTX.matches("wgmma.mma_async.sync.aligned").count()
     );
+    // The early exit of kernels that run only on 9.0: an instruction in every module but 9.0's.
+    let early_exits = |text: &str| {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| {
+                l.ends_with(mamba3_abi::NOT_SM90A_INSTRUCTION_MARKER) && !l.starts_with("//")
+            })
+            .count()
+    };
+    assert!(
+        early_exits(mamba3::PTX) > 0,
+        "no kernel carries the sm_90a-only early exit"
+    );
+    assert_eq!(early_exits(&newer), early_exits(mamba3::PTX));
+    assert_eq!(
+        early_exits(&hopper),
+        0,
+        "an sm_90a-only early exit left in 9.0's module"
+    );
     let markers = [
         mamba3_abi::GRIDDEPCONTROL_WAIT_MARKER,
         mamba3_abi::GRIDDEPCONTROL_LAUNCH_DEPENDENTS_MARKER,

@@ -52,6 +52,12 @@ pub const SM90_INSTRUCTION_MARKER: &str = "// mamba3-sm90: ";
 /// the module for compute capability 9.0 exactly (`.target sm_90a`), where those instructions run.
 pub const SM90A_INSTRUCTION_MARKER: &str = "// mamba3-sm90a: ";
 
+/// The comment that ends an instruction a kernel's inline assembly emits for every module but
+/// compute capability 9.0's: the host's rewrite for 9.0 (`.target sm_90a`) drops the line. A
+/// kernel that runs only there opens with `exit;` so marked, so that the other modules, which
+/// never launch it, compile it to nothing (its register budget assumes `setmaxnreg`).
+pub const NOT_SM90A_INSTRUCTION_MARKER: &str = "// mamba3-not-sm90a";
+
 /// Dynamic shared memory of the `wgmma` self-test kernel `prim_wgmma_bf16_m64n128k128`: its A
 /// (16 KB) and B (32 KB) tiles plus the slack that aligns them to the 1024-byte swizzle group.
 pub const WGMMA_TEST_SMEM: u32 = 48 * 1024 + 1024;
@@ -857,8 +863,9 @@ pub mod forward_mma_smem {
 /// for the tensor-core geometry (R = 4, N = 128, P = 64, Na = 32, C = 16, bf16), byte offsets from
 /// the dynamic shared base rounded up to [`forward_ws_smem::ALIGN`]. A block runs two units
 /// (heads `2x` and `2x + 1` of one batch row and segment); per unit, the operand tiles its consumer
-/// warpgroup's `wgmma` read (q̂, k̂, x, x_w: written by the producer warpgroup, handed over and back
-/// through named barriers) and that consumer's own score and output tiles; the producer's raw
+/// warpgroup's `wgmma` read (q̂ and k̂: written by the producer warpgroup, handed over and back
+/// through named barriers; x and x_w: written by the consumer itself) and that consumer's own
+/// score and output tiles; the producer's raw
 /// staging is double-buffered by chunk parity and shared by both units (their q and k rows are the
 /// same: both heads lie in one group), and so are the per-unit score weights and decays the
 /// consumers read.
@@ -871,27 +878,23 @@ pub mod forward_ws_smem {
     pub const Q: u32 = 0;
     /// Rotated, biased k̂ `(64, 128)` bf16, swizzled.
     pub const K: u32 = 16384;
-    /// Up-projected x `(64, 64)` bf16, swizzled.
+    /// Up-projected x `(64, 64)` bf16, swizzled (the consumer's own).
     pub const X: u32 = 32768;
-    /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)` bf16, swizzled.
+    /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)` bf16, swizzled (the
+    /// consumer's own).
     pub const XW: u32 = 40960;
     /// Weighted scores `(64, 64)` bf16, swizzled (the consumer's own).
     pub const S: u32 = 49152;
     /// Raw staging, two buffers of [`RAW_BYTES`] (chunk parity): raw q rows `(64, 128)` bf16 at
     /// +0 and raw k rows at [`RAW_K`], 16-byte pieces swizzled by [`raw_piece`]; then per unit
-    /// `u` at [`RAW_UNIT`]` + u·`[`RAW_UNIT_BYTES`] its v rows `(16, 64)` bf16 at a row stride of
-    /// [`V_STRIDE`] and its angle logits `(16, 32)` f32 at [`RAW_LOGITS`].
+    /// `u` at [`RAW_UNIT`]` + u·`[`RAW_UNIT_BYTES`] its angle logits `(16, 32)` f32.
     pub const RAW: u32 = 2 * UNIT_BYTES;
     /// Offset of the raw k rows in a staging buffer.
     pub const RAW_K: u32 = 16384;
     /// Offset of unit 0's rows in a staging buffer.
     pub const RAW_UNIT: u32 = 32768;
     /// Bytes of one unit's rows in a staging buffer.
-    pub const RAW_UNIT_BYTES: u32 = 16 * V_STRIDE + 16 * 32 * 4;
-    /// Row stride of the staged v rows (64 bf16 and 16 bytes of padding).
-    pub const V_STRIDE: u32 = 144;
-    /// Offset of the angle logits within a unit's staged rows.
-    pub const RAW_LOGITS: u32 = 16 * V_STRIDE;
+    pub const RAW_UNIT_BYTES: u32 = 16 * 32 * 4;
     /// Bytes of one staging buffer.
     pub const RAW_BYTES: u32 = RAW_UNIT + 2 * RAW_UNIT_BYTES;
     /// Score weights `(16, 16)` f32 per unit and chunk parity, at `WT + (2u + parity)·1024`.
@@ -899,31 +902,44 @@ pub mod forward_ws_smem {
     /// `exp(A_i)` `(16)` f32 and the chunk decay `exp(A_last)` at `[16]`, per unit and chunk
     /// parity, at `EXPA + (2u + parity)·128`.
     pub const EXPA: u32 = WT + 4 * 1024;
-    /// Each consumer's output rows `(16, 64)` bf16 at a row stride of [`OUT_STRIDE`], at
-    /// `OUT + u·16·OUT_STRIDE`.
-    pub const OUT: u32 = EXPA + 4 * 128;
+    /// Each consumer's output rows `(16, 64)` bf16 at a row stride of [`OUT_STRIDE`], in its
+    /// unit's score tile ([`S`] within the unit's tiles): the epilogue writes them once every
+    /// consumer warp is past the wait for the intra-chunk product (the last reader of the scores),
+    /// and the next chunk's scores are written after the next `full` hand-off, which every
+    /// consumer thread reaches only once done with the rows.
+    pub const OUT: u32 = S;
     /// Row stride of the output rows (64 bf16 and 16 bytes of padding).
     pub const OUT_STRIDE: u32 = 144;
     /// `(cos θ, sin θ)` of angles `2m`, `2m + 1` as 16 bytes at `CS + u·16·CS_STRIDE + t·CS_STRIDE
     /// + 16m` (producer only).
-    pub const CS: u32 = OUT + 2 * 16 * OUT_STRIDE;
+    pub const CS: u32 = EXPA + 4 * 128;
     /// Row stride of the cos/sin table (16 pairs of angles and 16 bytes of padding).
     pub const CS_STRIDE: u32 = 272;
-    /// The key scales `exp(Ā_i)·c_i` `(16)` f32 per unit at `KSCALE + 64u` (producer only).
+    /// The key scales `exp(Ā_i)·c_i` `(16)` f32 per unit and chunk parity, at `KSCALE + (2u +
+    /// parity)·64` (written by the producer, read by the consumer as it forms x_w).
     pub const KSCALE: u32 = CS + 2 * 16 * CS_STRIDE;
     /// The f32 biases of one producer thread's columns, per unit, rank, tensor (q, k) and word
     /// `m < 16`: columns `2m`, `2m + 1`, `64 + 2m`, `65 + 2m` (rotated together), then `32 + 2m`,
     /// `33 + 2m`, `96 + 2m`, `97 + 2m` (biased only), 32 bytes at `BIAS + ((4u + r)·2 +
     /// tensor)·512 + 32m` (producer only).
-    pub const BIAS: u32 = KSCALE + 2 * 64;
-    /// mimo_v `(R, P)` f32 per unit at `MIMO_V + 1024u` (producer only).
-    pub const MIMO_V: u32 = BIAS + 2 * 4 * 2 * 512;
+    pub const BIAS: u32 = KSCALE + 4 * 64;
     /// mimo_z and mimo_o of each consumer's output columns, per unit `u` at `MIMO_ZO +
     /// 2048u`: for column `p` (< 64) the 8 f32 `mimo_z[r][p]` (r < 4) then `mimo_o[r][p]`, 32
     /// bytes at `32p` (the consumer's own: it reads them where it applies them).
-    pub const MIMO_ZO: u32 = MIMO_V + 2 * 1024;
+    pub const MIMO_ZO: u32 = BIAS + 2 * 4 * 2 * 512;
+    /// mimo_v of each consumer's x columns, per unit `u` at `MIMO_V + 1024u`: for the column
+    /// pair `2l`, `2l + 1` (l < 32) the 8 f32 `mimo_v[r][2l + e]` at `32l + 8r + 4e` (the
+    /// consumer's own).
+    pub const MIMO_V: u32 = MIMO_ZO + 2 * 2048;
+    /// Raw v rows `(16, 64)` bf16 per unit `u` in three slots (chunk mod 3), at `V +
+    /// slot·V_SLOT_BYTES + 2048u`: staged by the producer with the chunk's other rows, read by
+    /// the consumer after the chunk's `full` hand-off; the third slot lets the producer stage
+    /// chunk k + 1 while a consumer may still be reading chunk k − 1's.
+    pub const V: u32 = MIMO_V + 2 * 1024;
+    /// Bytes of one v slot (both units).
+    pub const V_SLOT_BYTES: u32 = 4096;
     /// Total dynamic shared memory, alignment slack included.
-    pub const BYTES: u32 = MIMO_ZO + 2 * 2048 + ALIGN;
+    pub const BYTES: u32 = V + 3 * V_SLOT_BYTES + ALIGN;
 
     /// The 16-byte piece at which piece `piece` (of 16) of raw staging row `row` (`4t + r`) is
     /// stored: the low three bits XORed with `2·(t mod 4) + (r mod 2)`, so that the producer's
@@ -943,6 +959,7 @@ pub mod forward_ws_smem {
 
     const _: () = {
         assert!(UNIT_BYTES.is_multiple_of(ALIGN) && S + 64 * 128 == UNIT_BYTES);
+        assert!(16 * OUT_STRIDE <= 64 * 128);
         assert!(RAW.is_multiple_of(ALIGN) && RAW_BYTES.is_multiple_of(16));
         assert!(BYTES <= 227 * 1024);
     };

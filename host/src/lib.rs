@@ -49,7 +49,8 @@ pub static PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/mamba3_kernels.pt
 /// [`mamba3_abi::SM90_INSTRUCTION_MARKER`] turned into the instruction it carries (the one-token
 /// decode's L2 prefetch of its state before the wait). On 9.0 exactly the target is `sm_90a` and
 /// the lines behind [`mamba3_abi::SM90A_INSTRUCTION_MARKER`] (`wgmma`) become instructions too
-/// ([`has_wgmma`]); newer devices keep them as comments. Nothing else in the text changes. Takes
+/// ([`has_wgmma`]), and those ending in [`mamba3_abi::NOT_SM90A_INSTRUCTION_MARKER`] (the early
+/// exit of kernels that run only there) become comments; newer devices keep them as they are. Nothing else in the text changes. Takes
 /// what [`Gpu::compute_capability`] returns.
 pub fn ptx_for_compute_capability((major, minor): (i32, i32)) -> std::borrow::Cow<'static, str> {
     if major < 9 {
@@ -79,6 +80,8 @@ pub fn ptx_for_compute_capability((major, minor): (i32, i32)) -> std::borrow::Co
         } else if let Some(instruction) = trimmed.strip_prefix(mamba3_abi::SM90_INSTRUCTION_MARKER)
         {
             Some(format!("\t{instruction}"))
+        } else if wgmma && trimmed.ends_with(mamba3_abi::NOT_SM90A_INSTRUCTION_MARKER) {
+            Some(format!("\t// {trimmed}"))
         } else if wgmma {
             trimmed
                 .strip_prefix(mamba3_abi::SM90A_INSTRUCTION_MARKER)

@@ -5,15 +5,17 @@
 //! A block of three warpgroups runs two units (heads `2x`, `2x + 1` of one batch row and
 //! sequence segment; both in one q/k group, so they read the same raw q and k rows):
 //!
-//! * **the producer** (warpgroup 0) stages each chunk's raw rows with `cp.async` (double-buffered,
-//!   one chunk ahead), forms per unit the token scalars, the score weights, the angles and their
-//!   cosines and sines, and writes the unit's operand tiles: q̂ and k̂ (biased, rotated; bf16),
-//!   x = v·mimo_v and x_w = x·exp(Ā_i)·c_i, all 128-byte swizzled;
+//! * **the producer** (warpgroup 0) stages each chunk's raw rows with `cp.async` (q, k and the
+//!   angle logits double-buffered, v in three slots; one chunk ahead), forms per unit the token
+//!   scalars, the score weights, the key scales, the angles and their cosines and sines, and
+//!   writes the unit's q̂ and k̂ tiles (biased, rotated; bf16, 128-byte swizzled);
 //! * **two consumers** (warpgroups 1 and 2, one per unit) hold the unit's state `H` (P×N, f32) as
 //!   `wgmma` accumulators and run each chunk's products as warpgroup `wgmma`: the scores
-//!   `q̂·k̂ᵀ`, the inter-chunk outputs `H·q̂ᵀ` with `H` itself (rounded to bf16) as the register A
-//!   operand, the state pass `H ← exp(A_last)·H + x_wᵀ·k̂`, then the intra-chunk outputs
-//!   `xᵀ·Sᵀ` from the weighted scores; then the gate and the rank contraction.
+//!   `q̂·k̂ᵀ` (while they run, the consumer writes its own x = v·mimo_v and x_w = x·exp(Ā_i)·c_i
+//!   tiles from the staged v rows), the inter-chunk outputs `H·q̂ᵀ` with `H` itself (rounded to
+//!   bf16) as the register A operand, the state pass `H ← exp(A_last)·H + x_wᵀ·k̂`, then the
+//!   intra-chunk outputs `xᵀ·Sᵀ` from the weighted scores; then the gate and the rank
+//!   contraction.
 //!
 //! The outputs are formed transposed, `Yᵀ` (P × 64 rows of the chunk), and the chunk's rows are
 //! ordered by `forward_ws_smem::tile_row`, so that each consumer thread's accumulator columns hold
@@ -23,8 +25,8 @@
 //! Hand-offs: for each unit a `full` named barrier (the producer arrives once the unit's tiles of
 //! a chunk are written and fenced for the async proxy; the consumer waits) and an `empty` one (the
 //! consumer arrives once its products have read them; the producer waits before overwriting). The
-//! per-chunk score weights and decays are double-banked by chunk parity, so the producer forms
-//! them before the `empty` wait. The two consumers are half a chunk apart: while one runs its
+//! per-chunk score weights, decays and key scales are double-banked by chunk parity, so the
+//! producer forms them before the `empty` wait. The two consumers are half a chunk apart: while one runs its
 //! products, the other runs its epilogue and the producer fills the first's next tiles.
 //!
 //! Precision: as the `mma.sync` tensor-core kernel (`chunked_forward_mma`): q̂ and k̂ biased and
@@ -56,9 +58,9 @@ use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::{pack_bf16x2, sincos_approx};
 use crate::arch::global::{ld_global_v2_f32, st_global_v2_f32, st_global_v4_f32};
 use crate::arch::sreg::{
-    block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32, ld_shared_v2_f32, ld_shared_v4_f32,
-    shfl_idx_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32, st_shared_v2_f32,
-    thread_x,
+    block_and_thread_fresh, block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32,
+    ld_shared_v4_f32, shfl_idx_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
+    st_shared_v2_f32, thread_x,
 };
 use crate::arch::wgmma;
 use crate::elem::{ldg, stg, Bf16, Elem};
@@ -112,13 +114,21 @@ struct Work {
 impl Work {
     #[inline(always)]
     fn new(prm: &ForwardParams) -> Self {
+        Self::of_block(prm, block_x(), block_y())
+    }
+
+    /// The work of block `(x, y)`.
+    #[inline(always)]
+    fn of_block(prm: &ForwardParams, x: u32, y: u32) -> Self {
         let (heads, groups) = (prm.heads as usize, prm.groups as usize);
-        let h0 = 2 * block_x() as usize;
-        let segments = prm.segments.max(1) as usize;
-        let y = block_y() as usize;
+        let h0 = 2 * x as usize;
+        // Fresh copies: each role forms its work after `setmaxnreg`, so nothing derived from the
+        // parameters is computed once before it and held across.
+        let segments = fresh_u32(prm.segments).max(1) as usize;
+        let y = y as usize;
         let (b, seg) = (y / segments, y % segments);
         let (t_begin, t_end) = if segments > 1 {
-            let span = prm.seg_chunks * C;
+            let span = fresh_u32(prm.seg_chunks) * C;
             (
                 (seg as u32 * span).min(prm.seq_len),
                 ((seg as u32 + 1) * span).min(prm.seq_len),
@@ -192,7 +202,7 @@ pub unsafe fn forward_ws(prm: &ForwardParams) {
 
 /// Issues the `cp.async` copies of chunk `k`'s raw rows into staging buffer `k mod 2`: raw q and
 /// k of the block's group (16 pieces of each of 64 rows per tensor, rows of times ≥ len
-/// zero-filled), and per unit its v rows and angle logits.
+/// zero-filled), and per unit its angle logits and (into v slot `k mod 3`) its v rows.
 #[inline(always)]
 unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: u32) {
     let (c0, len) = work.chunk(k);
@@ -216,19 +226,16 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
         }
         let (t, piece) = (tid / 8, tid % 8);
         let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
+        let v_slot = base + L::V + (k % 3) * L::V_SLOT_BYTES;
         for u in 0..2u32 {
             let unit = buf + L::RAW_UNIT + u * L::RAW_UNIT_BYTES;
             let bth = (work.b * work.s_len + src_t as usize) * work.heads + work.h0 + u as usize;
+            let a_src = prm.angles + 4 * (bth * NA as usize + 4 * piece as usize) as u64;
+            cp_async_cg_16_zfill(unit + t * 128 + 16 * piece, a_src as *const u8, size);
             let v_src = prm.v + 2 * (bth * P as usize + 8 * piece as usize) as u64;
             cp_async_cg_16_zfill(
-                unit + t * L::V_STRIDE + 16 * piece,
+                v_slot + u * 2048 + t * 128 + 16 * piece,
                 v_src as *const u8,
-                size,
-            );
-            let a_src = prm.angles + 4 * (bth * NA as usize + 4 * piece as usize) as u64;
-            cp_async_cg_16_zfill(
-                unit + L::RAW_LOGITS + t * 128 + 16 * piece,
-                a_src as *const u8,
                 size,
             );
         }
@@ -281,8 +288,8 @@ unsafe fn load_ahead(
 
 /// Scalar warp of unit `u`, chunk `k` (length `len`) from its [`Ahead`] registers: `A_i`, `γ_i`,
 /// `c_i = γ_i + ε_{i+1}`; the score weights `w(i, i')` (`c_{i'}·exp(A_i − A_{i'})` below the
-/// diagonal, `γ_i` on it) and `exp(A_i)`, the decay `exp(A_last)` into the consumer's bank `k mod
-/// 2`, the key scales `exp(Ā_i)·c_i` into the producer's table.
+/// diagonal, `γ_i` on it), `exp(A_i)`, the decay `exp(A_last)` and the key scales
+/// `exp(Ā_i)·c_i` into the consumer's bank `k mod 2`.
 #[inline(always)]
 unsafe fn token_scalars(base: u32, u: u32, k: u32, len: u32, lane: u32, sc: Ahead) {
     let [pre, suf, gamma, c_s] =
@@ -312,7 +319,7 @@ unsafe fn token_scalars(base: u32, u: u32, k: u32, len: u32, lane: u32, sc: Ahea
         }
         if lane < C {
             st_shared_f32(ea + 4 * lane, exp_a);
-            st_shared_f32(base + L::KSCALE + 64 * u + 4 * lane, exp(suf) * c_s);
+            st_shared_f32(base + L::KSCALE + 64 * bank + 4 * lane, exp(suf) * c_s);
         }
         if lane == C {
             st_shared_f32(ea + 4 * C, decay);
@@ -333,19 +340,19 @@ unsafe fn chunk_angles(
     dts: f32,
     carry: f64,
 ) -> f64 {
-    let logits = base
-        + L::RAW
-        + (k & 1) * L::RAW_BYTES
-        + L::RAW_UNIT
-        + u * L::RAW_UNIT_BYTES
-        + L::RAW_LOGITS;
+    let logits_at = base + L::RAW + (k & 1) * L::RAW_BYTES + L::RAW_UNIT + u * L::RAW_UNIT_BYTES;
     let cs = base + L::CS + u * 16 * L::CS_STRIDE + 16 * (lane / 2) + 8 * (lane % 2);
     let mut acc = 0.0f64;
     let mut next = carry;
     // SAFETY (whole body): indices inside the staged logits and the CS table.
     unsafe {
+        // All sixteen loads before the first store (the stores would hold each one back).
+        let mut held = [0.0f32; C as usize];
+        for (t, l) in held.iter_mut().enumerate() {
+            *l = ld_shared_f32(logits_at + 128 * t as u32 + 4 * lane);
+        }
         for t in 0..C {
-            let logit = ld_shared_f32(logits + 128 * t + 4 * lane);
+            let logit = held[t as usize];
             // Times past `len` have logit and Δ zero: their increment is an exact zero.
             acc += angle_increment_f32(logit, shfl_idx_f32(dts, t)) as f64;
             let th = carry + acc;
@@ -374,7 +381,7 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
     let sw = 2 * a + b;
     // SAFETY (whole body): the launch contract; shared addresses inside the layout.
     unsafe {
-        // Per-unit tables: the biases of each thread's columns, mimo_v.
+        // Per-unit tables: the biases of each thread's columns.
         for e in [tid, tid + 128] {
             // (unit, rank, tensor, word m): 2·4·2·16 = 256 entries of 8 f32.
             let (u, r, x, mm) = (e / 128, (e / 32) % 4, (e / 16) % 2, e % 16);
@@ -388,14 +395,6 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 let pair = [0, 1].map(|e| ldg(src, hr + *c0 as usize + e));
                 st_shared_v2_f32(at + 8 * i as u32, pair);
             }
-        }
-        for e in (tid..2 * R * P).step_by(128) {
-            let (u, rp) = (e / (R * P), e % (R * P));
-            let v = ldg(
-                prm.mimo_v,
-                (work.h0 + u as usize) * (R * P) as usize + rp as usize,
-            );
-            st_shared_f32(base + L::MIMO_V + 1024 * u + 4 * rp, v);
         }
         // θ entering the segment (angle warps: lane = angle).
         let mut carry = 0.0f64;
@@ -474,12 +473,8 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
             }
             let piece = tid.wrapping_sub(64);
             if prm.final_v != 0 && piece < P / 8 {
-                let row = base
-                    + L::RAW
-                    + ((chunks - 1) & 1) * L::RAW_BYTES
-                    + L::RAW_UNIT
-                    + u * L::RAW_UNIT_BYTES
-                    + last * L::V_STRIDE;
+                let row =
+                    base + L::V + ((chunks - 1) % 3) * L::V_SLOT_BYTES + 2048 * u + last * 128;
                 let v = ld_shared_v4_f32(row + 16 * piece);
                 st_global_v4_f32(
                     prm.final_v + 2 * (bh * P as usize) as u64 + 16 * piece as u64,
@@ -490,9 +485,13 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
     }
 }
 
-/// Writes unit `u`'s operand tiles of chunk `k` (staged rows in buffer `k mod 2`): q̂ and k̂ of
-/// the thread's rows (times `a + 4j`, ranks `b`, `b + 2`; the word pairs of angle word `m`), x and
-/// x_w of the same rows (columns 2m, 2m+1 and 32 + 2m, 33 + 2m).
+/// Times of one rank whose shared-memory reads a producer thread issues together, before any of
+/// their writes: the reads and writes are `asm!` statements that neither LLVM nor ptxas moves
+/// past each other, so loads issued between stores would each wait out their own latency.
+const FILL_TIMES: usize = 2;
+
+/// Writes unit `u`'s q̂ and k̂ tiles of chunk `k` (staged rows in buffer `k mod 2`): the thread's
+/// rows (times `a + 4j`, ranks `b`, `b + 2`), the word pairs of angle word `m`.
 #[inline(always)]
 unsafe fn fill_unit(base: u32, u: u32, k: u32, (m, a, b, sw): (u32, u32, u32, u32)) {
     // Every address below is formed here at each call from fresh copies of the thread's
@@ -506,68 +505,60 @@ unsafe fn fill_unit(base: u32, u: u32, k: u32, (m, a, b, sw): (u32, u32, u32, u3
         fresh_u32(sw),
     );
     let buf = base + L::RAW + (k & 1) * L::RAW_BYTES;
-    let v_rows = buf + L::RAW_UNIT + u * L::RAW_UNIT_BYTES;
     let cs_rows = base + L::CS + u * 16 * L::CS_STRIDE + 16 * m;
-    let ks_rows = base + L::KSCALE + 64 * u;
     // Offsets within a row: raw words m, 16 + m, 32 + m, 48 + m (pieces swizzled by `sw`), the
-    // tiles' words of columns 2m (and + 64), 32 + 2m (and + 96), x's 2m and 32 + 2m.
+    // tiles' words of columns 2m (and + 64), 32 + 2m (and + 96).
     let lo_piece = 16 * ((m / 4) ^ sw) + 4 * (m % 4);
     let hi_piece = 16 * ((4 + m / 4) ^ sw) + 4 * (m % 4);
     let raw_at = [lo_piece, hi_piece, 128 + lo_piece, 128 + hi_piece];
     let tiles = base + u * L::UNIT_BYTES;
     // SAFETY (whole body): indices inside the layout's regions.
     unsafe {
-        // Rank by rank: its f32 biases (q and k) and mimo_v held for its four rows. The biases
-        // are added in f32 and each element rounded once, as the rotation's output: rounding the
-        // biases to bf16 first would add the same error to every token of the head, which the
-        // state then accumulates.
+        // Rank by rank: its f32 biases (q and k) held for its rows. The biases are added in f32
+        // and each element rounded once, as the rotation's output: rounding the biases to bf16
+        // first would add the same error to every token of the head, which the state then
+        // accumulates.
         for rr in 0..2u32 {
             let r = b + 2 * rr;
-            let bias = [0u32, 1].map(|x| {
-                let at = base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 32 * m;
-                let [b0, b1, b2, b3] = ld_shared_v4_f32(at);
-                let [b4, b5, b6, b7] = ld_shared_v4_f32(at + 16);
-                [b0, b1, b2, b3, b4, b5, b6, b7]
-            });
-            let mv_at = base + L::MIMO_V + 1024 * u + 4 * (r * P + 2 * m);
-            let (mv_lo, mv_hi) = (ld_shared_v2_f32(mv_at), ld_shared_v2_f32(mv_at + 4 * 32));
-            for j in 0..4u32 {
-                let t = a + 4 * j;
-                let cs = ld_shared_v4_f32(cs_rows + t * L::CS_STRIDE);
-                let rho = 4 * t + r;
-                let row = L::tile_row(t, r) * 128;
-                for (x, bq) in bias.iter().enumerate() {
-                    let raw = buf + x as u32 * L::RAW_K + rho * 256;
-                    let w = raw_at.map(|o| ld_shared_u32(raw + o));
-                    // Rotated pair: words m (columns 2m, 2m+1) and 32 + m (64 + 2m, 65 + 2m).
-                    let (u0, u1) = crate::chunked_forward_mma::unpack(w[0]);
-                    let (w0, w1) = crate::chunked_forward_mma::unpack(w[2]);
-                    let (u0, w0) = rotate_pair(u0 + bq[0], w0 + bq[2], cs[0], cs[1]);
-                    let (u1, w1) = rotate_pair(u1 + bq[1], w1 + bq[3], cs[2], cs[3]);
-                    let tile = tiles + if x == 0 { L::Q } else { L::K } + row;
-                    st_shared_u32(tile + lo_piece, pack_bf16x2(u0, u1));
-                    st_shared_u32(tile + 8192 + lo_piece, pack_bf16x2(w0, w1));
-                    // Biased-only pair: words 16 + m and 48 + m.
-                    let (p0, p1) = crate::chunked_forward_mma::unpack(w[1]);
-                    let (p2, p3) = crate::chunked_forward_mma::unpack(w[3]);
-                    st_shared_u32(tile + hi_piece, pack_bf16x2(p0 + bq[4], p1 + bq[5]));
-                    st_shared_u32(tile + 8192 + hi_piece, pack_bf16x2(p2 + bq[6], p3 + bq[7]));
+            for j0 in (0..4u32).step_by(FILL_TIMES) {
+                let bias = [0u32, 1].map(|x| {
+                    let at = base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 32 * m;
+                    let [b0, b1, b2, b3] = ld_shared_v4_f32(at);
+                    let [b4, b5, b6, b7] = ld_shared_v4_f32(at + 16);
+                    [b0, b1, b2, b3, b4, b5, b6, b7]
+                });
+                // The times' cos/sin words and raw q and k words (`m`, `16 + m`, `32 + m`,
+                // `48 + m`), all read before the first write.
+                let mut cs = [[0.0f32; 4]; FILL_TIMES];
+                let mut raw = [[[0u32; 4]; 2]; FILL_TIMES];
+                for jj in 0..FILL_TIMES {
+                    let t = a + 4 * (j0 + jj as u32);
+                    cs[jj] = ld_shared_v4_f32(cs_rows + t * L::CS_STRIDE);
+                    for (x, words) in raw[jj].iter_mut().enumerate() {
+                        let row = buf + x as u32 * L::RAW_K + (4 * t + r) * 256;
+                        *words = raw_at.map(|o| ld_shared_u32(row + o));
+                    }
                 }
-                let ks = ld_shared_f32(ks_rows + 4 * t);
-                let vw = [
-                    ld_shared_u32(v_rows + t * L::V_STRIDE + 4 * m),
-                    ld_shared_u32(v_rows + t * L::V_STRIDE + 64 + 4 * m),
-                ];
-                for h in 0..2usize {
-                    let (mr, piece) = if h == 0 {
-                        (mv_lo, lo_piece)
-                    } else {
-                        (mv_hi, hi_piece)
-                    };
-                    let (v0, v1) = crate::chunked_forward_mma::unpack(vw[h]);
-                    let (x0, x1) = (v0 * mr[0], v1 * mr[1]);
-                    st_shared_u32(tiles + L::X + row + piece, pack_bf16x2(x0, x1));
-                    st_shared_u32(tiles + L::XW + row + piece, pack_bf16x2(x0 * ks, x1 * ks));
+                for jj in 0..FILL_TIMES {
+                    let t = a + 4 * (j0 + jj as u32);
+                    let [c0, s0, c1, s1] = cs[jj];
+                    let row = L::tile_row(t, r) * 128;
+                    for (x, bq) in bias.iter().enumerate() {
+                        let w = raw[jj][x];
+                        // Rotated pair: words m (columns 2m, 2m+1) and 32 + m (64 + 2m, 65 + 2m).
+                        let (u0, u1) = crate::chunked_forward_mma::unpack(w[0]);
+                        let (w0, w1) = crate::chunked_forward_mma::unpack(w[2]);
+                        let (u0, w0) = rotate_pair(u0 + bq[0], w0 + bq[2], c0, s0);
+                        let (u1, w1) = rotate_pair(u1 + bq[1], w1 + bq[3], c1, s1);
+                        let tile = tiles + if x == 0 { L::Q } else { L::K } + row;
+                        st_shared_u32(tile + lo_piece, pack_bf16x2(u0, u1));
+                        st_shared_u32(tile + 8192 + lo_piece, pack_bf16x2(w0, w1));
+                        // Biased-only pair: words 16 + m and 48 + m.
+                        let (p0, p1) = crate::chunked_forward_mma::unpack(w[1]);
+                        let (p2, p3) = crate::chunked_forward_mma::unpack(w[3]);
+                        st_shared_u32(tile + hi_piece, pack_bf16x2(p0 + bq[4], p1 + bq[5]));
+                        st_shared_u32(tile + 8192 + hi_piece, pack_bf16x2(p2 + bq[6], p3 + bq[7]));
+                    }
                 }
             }
         }
@@ -615,6 +606,13 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                 }
             }
         }
+        // mimo_v of the thread's x columns 2·lane, 2·lane + 1 (every rank) into the consumer's
+        // own table, and the raw v words of its x rows, one chunk ahead.
+        {
+            let at = (h * R as usize + (ct / 32) as usize) * P as usize + 2 * lane as usize;
+            let mv = [ldg(prm.mimo_v, at), ldg(prm.mimo_v, at + 1)];
+            st_shared_v2_f32(base + L::MIMO_V + 1024 * u + 32 * lane + 8 * (ct / 32), mv);
+        }
         let mut z = load_z(prm, work, 0, h, (p0, q), has_z);
         for k in 0..chunks {
             let (c0, len) = work.chunk(k);
@@ -646,6 +644,16 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             // The row time's weights of the column times 4kk + q, read while the scores run.
             let wt = fresh_u32(base) + L::WT + bank * 1024 + 4 * (16 * (4 * w + g / 2) + q);
             let weights = [0u32, 1, 2, 3].map(|kk| ld_shared_f32(wt + 16 * kk));
+            // The chunk's x and x_w (the products before this chunk's are retired), while
+            // the scores run.
+            let base = fresh_u32(base);
+            write_x(
+                base + u * L::UNIT_BYTES,
+                base + L::KSCALE + 64 * bank,
+                base + L::MIMO_V + 1024 * u,
+                base + L::V + (k % 3) * L::V_SLOT_BYTES + 2048 * u,
+                ct,
+            );
             wgmma::wait_m64n64::<0>(&mut s);
             // Weighted scores (time weights; D on the diagonal) as bf16 into the S tile.
             let diag = g / 2 == q;
@@ -673,7 +681,8 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                 }
             }
             // The state before this chunk as the inter-chunk product's A operand (bf16), then
-            // decayed for the state pass; the two products as two groups.
+            // decayed for the state pass; the inter-chunk product, then (once every thread's x,
+            // x_w and score writes are in) the state pass, as two groups.
             let mut hb = [[0u32; 4]; 8];
             for (kk, a) in hb.iter_mut().enumerate() {
                 let (s0, s1) = (&state[2 * kk], &state[2 * kk + 1]);
@@ -703,6 +712,14 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                 );
             }
             wgmma::commit_group();
+            wgmma::fence_proxy_async_shared();
+            let ea_at = fresh_u32(base) + L::EXPA + bank * 128 + 4 * q;
+            let ea = [0u32, 1, 2, 3].map(|kk| ld_shared_f32(ea_at + 16 * kk));
+            if u == 0 {
+                bar_sync::<CONSUMER, 128>();
+            } else {
+                bar_sync::<{ CONSUMER + 1 }, 128>();
+            }
             for kk in 0..4u32 {
                 wgmma::mma_m64n128k16_bf16::<true, true>(
                     &mut state,
@@ -712,14 +729,6 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                 );
             }
             wgmma::commit_group();
-            wgmma::fence_proxy_async_shared();
-            let ea_at = fresh_u32(base) + L::EXPA + bank * 128 + 4 * q;
-            let ea = [0u32, 1, 2, 3].map(|kk| ld_shared_f32(ea_at + 16 * kk));
-            if u == 0 {
-                bar_sync::<CONSUMER, 128>();
-            } else {
-                bar_sync::<{ CONSUMER + 1 }, 128>();
-            }
             wgmma::wait_m64n64::<1>(&mut y);
             wgmma::keep_a_m64k128(&mut hb);
             for (jj, yj) in y.iter_mut().enumerate() {
@@ -752,7 +761,7 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             let zc = z;
             z = load_z(prm, work, k + 1, h, (p0, q), has_z);
             let base = fresh_u32(base);
-            let out_rows = base + L::OUT + u * 16 * L::OUT_STRIDE;
+            let out_rows = base + u * L::UNIT_BYTES + L::OUT;
             let zo = base + L::MIMO_ZO + 2048 * u + 32 * p0;
             let zo = [zo, zo + 32 * 8].map(|at| {
                 let [z0, z1, z2, z3] = ld_shared_v4_f32(at);
@@ -781,6 +790,13 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                         }
                     }
                 }
+            }
+            // The output rows share the score tile: every warp's slice of the intra-chunk
+            // product (which reads all of it) has retired only once every warp is past its wait.
+            if u == 0 {
+                bar_sync::<CONSUMER, 128>();
+            } else {
+                bar_sync::<{ CONSUMER + 1 }, 128>();
             }
             // Column pairs (p, p + 1) through lanes g, g ^ 1: the even lane keeps times q and
             // 4 + q, the odd one 8 + q and 12 + q; one 4-byte store each.
@@ -812,7 +828,14 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                 st_global_v4_f32(prm.out + 2 * at as u64, v);
             }
         }
-        if chunks > 0 && work.t_end == work.s_len as u32 && prm.final_ssm != 0 {
+        // The block's work and the thread's place re-formed: held across the chunk loop, they
+        // would spill.
+        let (bx, by, tx) = block_and_thread_fresh();
+        let work = Work::of_block(prm, bx, by);
+        let (u, ct) = (tx / 128 - 1, tx % 128);
+        let bh = work.b * work.heads + work.h0 + u as usize;
+        let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
+        if work.chunks() > 0 && work.t_end == work.s_len as u32 && prm.final_ssm != 0 {
             let at = bh * (P * N) as usize;
             for (j, st) in state.iter().enumerate() {
                 for hh in 0..2usize {
@@ -854,6 +877,36 @@ unsafe fn load_z(
     z
 }
 
+/// Writes consumer thread `ct`'s words of its unit's x and x_w tiles (at `tiles`): rows of times
+/// `4·(ct / 32) + i` (every rank), columns `2·(ct mod 32)`, `+ 1`, from the staged raw v rows
+/// at `v_rows`, the unit's mimo_v table at `mimo_v` and the key scales at `kscale`. Each warp
+/// writes whole rows.
+#[inline(always)]
+unsafe fn write_x(tiles: u32, kscale: u32, mimo_v: u32, v_rows: u32, ct: u32) {
+    // From a fresh copy: the sixteen row offsets below would otherwise be hoisted out of the
+    // chunk loop and held across it.
+    let ct = fresh_u32(ct);
+    let (w, lane) = (ct / 32, ct % 32);
+    // SAFETY (whole body): indices inside the unit's tiles and tables.
+    unsafe {
+        let v = [0u32, 1, 2, 3].map(|i| ld_shared_u32(v_rows + 128 * (4 * w + i) + 4 * lane));
+        let ks = ld_shared_v4_f32(kscale + 16 * w);
+        let [a0, a1, a2, a3] = ld_shared_v4_f32(mimo_v + 32 * lane);
+        let [a4, a5, a6, a7] = ld_shared_v4_f32(mimo_v + 32 * lane + 16);
+        let mv = [[a0, a1], [a2, a3], [a4, a5], [a6, a7]];
+        for (i, &vw) in v.iter().enumerate() {
+            let t = 4 * w + i as u32;
+            let (v0, v1) = crate::chunked_forward_mma::unpack(vw);
+            for (r, mr) in mv.iter().enumerate() {
+                let at = mamba3_abi::swizzle128_offset(64, L::tile_row(t, r as u32), 2 * lane);
+                let (x0, x1) = (v0 * mr[0], v1 * mr[1]);
+                st_shared_u32(tiles + L::X + at, pack_bf16x2(x0, x1));
+                st_shared_u32(tiles + L::XW + at, pack_bf16x2(x0 * ks[i], x1 * ks[i]));
+            }
+        }
+    }
+}
+
 /// The warp-specialized bf16 forward at R = 4, N = 128, P = 64, Na = 32, C = 16 (module docs).
 ///
 /// # Safety
@@ -861,6 +914,7 @@ unsafe fn load_z(
 #[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn forward_ws_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
+    crate::arch::barrier::exit_unless_sm90a();
     // SAFETY: forwarded to the caller.
     unsafe { forward_ws(&params) }
 }

@@ -786,6 +786,8 @@ pub mod arch {
         pub unsafe fn setmaxnreg_dec<const REGS: u32>() {
             super::super::set_max_registers(REGS);
         }
+        /// The emulation runs the sm_90a module's code, where the early exit is dropped.
+        pub fn exit_unless_sm90a() {}
     }
 
     pub mod sreg {
@@ -808,6 +810,9 @@ pub mod arch {
         }
         pub fn block_z() -> u32 {
             super::super::with_ctx(|c| c.block.2)
+        }
+        pub fn block_and_thread_fresh() -> (u32, u32, u32) {
+            (block_x(), block_y(), thread_x())
         }
         pub fn lane_id() -> u32 {
             thread_x() % 32

@@ -30,6 +30,15 @@ pub unsafe fn bar_arrive<const ID: u32, const THREADS: u32>() {
     unsafe { asm!("bar.arrive {id}, {n};", id = const ID, n = const THREADS, options(nostack)) }
 }
 
+/// `exit;` (PTX ISA §9.7.11, control flow) in every module but compute capability 9.0's, where the host's
+/// rewrite drops it (`mamba3_abi::NOT_SM90A_INSTRUCTION_MARKER`): the first statement of a kernel
+/// that only runs there, so that modules that never launch it compile it to nothing.
+#[inline(always)]
+pub fn exit_unless_sm90a() {
+    // SAFETY: ends the thread in modules that never launch the kernel; gone where it runs.
+    unsafe { asm!("exit; // mamba3-not-sm90a", options(nostack)) }
+}
+
 /// `setmaxnreg.inc.sync.aligned.u32 REGS` (PTX ISA §9.7.18.1; PTX 8.0, `sm_90a`): raises the
 /// calling warpgroup's per-thread register allocation to `REGS` (a multiple of 8, 24–256), waiting
 /// until other warpgroups have released enough. Behind the `sm_90a` marker (see
