@@ -886,18 +886,14 @@ pub mod forward_ws_smem {
     /// Weighted scores `(64, 64)` bf16, swizzled (the consumer's own).
     pub const S: u32 = 49152;
     /// Raw staging, two buffers of [`RAW_BYTES`] (chunk parity): raw q rows `(64, 128)` bf16 at
-    /// +0 and raw k rows at [`RAW_K`], 16-byte pieces swizzled by [`raw_piece`]; then per unit
-    /// `u` at [`RAW_UNIT`]` + u·`[`RAW_UNIT_BYTES`] its angle logits `(16, 32)` f32.
+    /// +0 and raw k rows at [`RAW_K`], 16-byte pieces swizzled by [`raw_piece`].
     pub const RAW: u32 = 2 * UNIT_BYTES;
     /// Offset of the raw k rows in a staging buffer.
     pub const RAW_K: u32 = 16384;
-    /// Offset of unit 0's rows in a staging buffer.
-    pub const RAW_UNIT: u32 = 32768;
-    /// Bytes of one unit's rows in a staging buffer.
-    pub const RAW_UNIT_BYTES: u32 = 16 * 32 * 4;
     /// Bytes of one staging buffer.
-    pub const RAW_BYTES: u32 = RAW_UNIT + 2 * RAW_UNIT_BYTES;
-    /// Score weights `(16, 16)` f32 per unit and chunk parity, at `WT + (2u + parity)·1024`.
+    pub const RAW_BYTES: u32 = 2 * RAW_K;
+    /// Score weights `(16, 16)` f32 per unit and chunk parity, at `WT + (2u + parity)·1024`
+    /// (this and the other per-chunk tables are the consumer's: it forms them two chunks ahead).
     pub const WT: u32 = RAW + 2 * RAW_BYTES;
     /// `exp(A_i)` `(16)` f32 and the chunk decay `exp(A_last)` at `[16]`, per unit and chunk
     /// parity, at `EXPA + (2u + parity)·128`.
@@ -910,14 +906,15 @@ pub mod forward_ws_smem {
     pub const OUT: u32 = S;
     /// Row stride of the output rows (64 bf16 and 16 bytes of padding).
     pub const OUT_STRIDE: u32 = 144;
-    /// `(cos θ, sin θ)` of angles `2m`, `2m + 1` as 16 bytes at `CS + u·16·CS_STRIDE + t·CS_STRIDE
-    /// + 16m` (producer only).
+    /// `(cos θ, sin θ)` of angles `2m`, `2m + 1` as 16 bytes at `CS + (2u + parity)·16·CS_STRIDE +
+    /// t·CS_STRIDE + 16m`, per unit and chunk parity: written by the consumer two chunks ahead,
+    /// read by the producer as it rotates q and k.
     pub const CS: u32 = EXPA + 4 * 128;
     /// Row stride of the cos/sin table (16 pairs of angles and 16 bytes of padding).
     pub const CS_STRIDE: u32 = 272;
     /// The key scales `exp(Ā_i)·c_i` `(16)` f32 per unit and chunk parity, at `KSCALE + (2u +
-    /// parity)·64` (written by the producer, read by the consumer as it forms x_w).
-    pub const KSCALE: u32 = CS + 2 * 16 * CS_STRIDE;
+    /// parity)·64` (read by the consumer as it forms x_w).
+    pub const KSCALE: u32 = CS + 4 * 16 * CS_STRIDE;
     /// The f32 biases of one producer thread's columns, per unit, rank, tensor (q, k) and word
     /// `m < 16`: columns `2m`, `2m + 1`, `64 + 2m`, `65 + 2m` (rotated together), then `32 + 2m`,
     /// `33 + 2m`, `96 + 2m`, `97 + 2m` (biased only), 32 bytes at `BIAS + ((4u + r)·2 +

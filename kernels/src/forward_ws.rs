@@ -5,17 +5,18 @@
 //! A block of three warpgroups runs two units (heads `2x`, `2x + 1` of one batch row and
 //! sequence segment; both in one q/k group, so they read the same raw q and k rows):
 //!
-//! * **the producer** (warpgroup 0) stages each chunk's raw rows with `cp.async` (q, k and the
-//!   angle logits double-buffered, v in three slots; one chunk ahead), forms per unit the token
-//!   scalars, the score weights, the key scales, the angles and their cosines and sines, and
-//!   writes the unit's q̂ and k̂ tiles (biased, rotated; bf16, 128-byte swizzled);
+//! * **the producer** (warpgroup 0) stages each chunk's raw rows with `cp.async` (q and k
+//!   double-buffered, v in three slots; one chunk ahead) and writes each unit's q̂ and k̂ tiles
+//!   (biased, rotated; bf16, 128-byte swizzled);
 //! * **two consumers** (warpgroups 1 and 2, one per unit) hold the unit's state `H` (P×N, f32) as
 //!   `wgmma` accumulators and run each chunk's products as warpgroup `wgmma`: the scores
 //!   `q̂·k̂ᵀ` (while they run, the consumer writes its own x = v·mimo_v and x_w = x·exp(Ā_i)·c_i
 //!   tiles from the staged v rows), the inter-chunk outputs `H·q̂ᵀ` with `H` itself (rounded to
 //!   bf16) as the register A operand, the state pass `H ← exp(A_last)·H + x_wᵀ·k̂`, then the
 //!   intra-chunk outputs `xᵀ·Sᵀ` from the weighted scores; then the gate and the rank
-//!   contraction.
+//!   contraction; then, two chunks ahead, the unit's per-chunk tables: the token scalars, the
+//!   score weights, the key scales, and the angles' cosines and sines that the producer's
+//!   rotation reads (θ summed through the chunk in f64 across the four warps' time groups).
 //!
 //! The outputs are formed transposed, `Yᵀ` (P × 64 rows of the chunk), and the chunk's rows are
 //! ordered by `forward_ws_smem::tile_row`, so that each consumer thread's accumulator columns hold
@@ -24,9 +25,11 @@
 //!
 //! Hand-offs: for each unit a `full` named barrier (the producer arrives once the unit's tiles of
 //! a chunk are written and fenced for the async proxy; the consumer waits) and an `empty` one (the
-//! consumer arrives once its products have read them; the producer waits before overwriting). The
-//! per-chunk score weights, decays and key scales are double-banked by chunk parity, so the
-//! producer forms them before the `empty` wait. The two consumers are half a chunk apart: while one runs its
+//! consumer arrives once its products have read them, and once before the first chunk; the
+//! producer waits before each fill, which also orders the chunk's cosines and sines before it).
+//! The per-chunk tables are double-banked by chunk parity: the consumer writes chunk k + 2's in
+//! chunk k's epilogue, after its own last read of chunk k's and after the producer's fill of
+//! chunk k (before `full`). The two consumers are half a chunk apart: while one runs its
 //! products, the other runs its epilogue and the producer fills the first's next tiles.
 //!
 //! Precision: as the `mma.sync` tensor-core kernel (`chunked_forward_mma`): q̂ and k̂ biased and
@@ -65,6 +68,9 @@ use crate::arch::sreg::{
 use crate::arch::wgmma;
 use crate::elem::{ldg, stg, Bf16, Elem};
 use crate::math::{exp, mul_silu_tanh_approx};
+
+/// A bf16 element as loaded (its bits), converted where it is used.
+type Bf16Bits = <Bf16 as Elem>::Raw;
 
 const R: u32 = 4;
 const N: u32 = 128;
@@ -202,7 +208,7 @@ pub unsafe fn forward_ws(prm: &ForwardParams) {
 
 /// Issues the `cp.async` copies of chunk `k`'s raw rows into staging buffer `k mod 2`: raw q and
 /// k of the block's group (16 pieces of each of 64 rows per tensor, rows of times ≥ len
-/// zero-filled), and per unit its angle logits and (into v slot `k mod 3`) its v rows.
+/// zero-filled), and per unit (into v slot `k mod 3`) its v rows.
 #[inline(always)]
 unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: u32) {
     let (c0, len) = work.chunk(k);
@@ -228,10 +234,7 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
         let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
         let v_slot = base + L::V + (k % 3) * L::V_SLOT_BYTES;
         for u in 0..2u32 {
-            let unit = buf + L::RAW_UNIT + u * L::RAW_UNIT_BYTES;
             let bth = (work.b * work.s_len + src_t as usize) * work.heads + work.h0 + u as usize;
-            let a_src = prm.angles + 4 * (bth * NA as usize + 4 * piece as usize) as u64;
-            cp_async_cg_16_zfill(unit + t * 128 + 16 * piece, a_src as *const u8, size);
             let v_src = prm.v + 2 * (bth * P as usize + 8 * piece as usize) as u64;
             cp_async_cg_16_zfill(
                 v_slot + u * 2048 + t * 128 + 16 * piece,
@@ -242,128 +245,148 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
     }
 }
 
-/// The producer's registers that carry inputs one chunk ahead: the token scalars (scalar warps,
-/// lane u ≤ 16: adt, Δ, trap logit) or Δ (angle warps, lane u < 16).
+/// A consumer thread's inputs of one chunk's token scalars and angles, loaded before the work
+/// that hides their latency: adt, Δ and the raw trap logit of chunk time `lane` (lanes ≤ 16, zeros
+/// past S), and the angle logits of its angle `8·warp + lane mod 8` at times `4·(lane / 8) + i`
+/// (zeros past the chunk).
 #[derive(Clone, Copy, Default)]
-struct Ahead {
+struct ChunkInputs {
     adt: f32,
     dt: f32,
-    trap: f32,
+    trap: Bf16Bits,
+    logits: [f32; 4],
 }
 
-/// Loads the [`Ahead`] registers of chunk `k` for this lane (`scalar_warp`: the token scalars,
-/// else Δ of the angle increments) of unit `u`.
+/// Loads consumer thread `ct`'s [`ChunkInputs`] of chunk `k` of head `h` (unit `u`).
 #[inline(always)]
-unsafe fn load_ahead(
+unsafe fn load_chunk_inputs(
     prm: &ForwardParams,
     work: &Work,
     k: u32,
     u: u32,
-    lane: u32,
-    scalar_warp: bool,
-) -> Ahead {
-    let mut a = Ahead::default();
+    ct: u32,
+) -> ChunkInputs {
+    let mut a = ChunkInputs::default();
     if k >= work.chunks() {
         return a;
     }
+    let (w, lane) = (ct / 32, ct % 32);
     let (c0, len) = work.chunk(k);
     let t = (c0 + lane) as usize;
     let row = work.row(u);
-    // SAFETY: token indices checked against the sequence; (B,H,S) tensors of the launch contract.
+    // SAFETY: token indices checked against the chunk and the sequence; (B,H,S) and (B,S,H,Na)
+    // tensors of the launch contract.
     unsafe {
-        if scalar_warp {
-            if lane <= C && t < work.s_len {
-                if lane < len {
-                    a.adt = ldg(prm.adt, row + t);
-                }
-                a.dt = ldg(prm.dt, row + t);
-                a.trap = Bf16::load(prm.trap, row + t);
+        if lane <= C && t < work.s_len {
+            if lane < len {
+                a.adt = ldg(prm.adt, row + t);
             }
-        } else if lane < len {
             a.dt = ldg(prm.dt, row + t);
+            a.trap = Bf16::load_raw(prm.trap, row + t);
+        }
+        let angle = (8 * w + lane % 8) as usize;
+        for (i, l) in a.logits.iter_mut().enumerate() {
+            let t = 4 * (lane / 8) + i as u32;
+            if t < len {
+                let bth =
+                    (work.b * work.s_len + (c0 + t) as usize) * work.heads + work.h0 + u as usize;
+                *l = ldg(prm.angles, bth * NA as usize + angle);
+            }
         }
     }
     a
 }
 
-/// Scalar warp of unit `u`, chunk `k` (length `len`) from its [`Ahead`] registers: `A_i`, `γ_i`,
-/// `c_i = γ_i + ε_{i+1}`; the score weights `w(i, i')` (`c_{i'}·exp(A_i − A_{i'})` below the
-/// diagonal, `γ_i` on it), `exp(A_i)`, the decay `exp(A_last)` and the key scales
-/// `exp(Ā_i)·c_i` into the consumer's bank `k mod 2`.
+/// An f64 from lane `src` of the warp (every lane calls it together).
 #[inline(always)]
-unsafe fn token_scalars(base: u32, u: u32, k: u32, len: u32, lane: u32, sc: Ahead) {
-    let [pre, suf, gamma, c_s] =
-        crate::chunked_forward_mma::chunk_token_scalars(lane, len, [sc.adt, sc.dt, sc.trap]);
-    let exp_a = exp(pre);
-    let decay = shfl_idx_f32(exp_a, len - 1);
+fn shfl_idx_f64(value: f64, src: u32) -> f64 {
+    let bits = value.to_bits();
+    let lo = shfl_idx_f32(f32::from_bits(bits as u32), src).to_bits();
+    let hi = shfl_idx_f32(f32::from_bits((bits >> 32) as u32), src).to_bits();
+    f64::from_bits(((hi as u64) << 32) | lo as u64)
+}
+
+/// Consumer `u`'s share (thread `ct`) of chunk `k`'s per-chunk tables, from its [`ChunkInputs`]:
+/// the score weights `w(i, i')` (`c_{i'}·exp(A_i − A_{i'})` below the diagonal, `γ_i` on it) of
+/// rows `lane / 16 + 2j`, `j ∈ {2·warp, 2·warp + 1}`; from warp 0 `exp(A_i)`, the decay
+/// `exp(A_last)` and the key scales `exp(Ā_i)·c_i` (bank `2u + k mod 2`); and the cosines and
+/// sines of angle `8·warp + lane mod 8` at times `4·(lane / 8) + i` (cos/sin bank `2u + k mod 2`),
+/// θ from `carry` (the angle entering the chunk, f64 in [0, 2π)). Returns the angle leaving the
+/// chunk, reduced. Every thread of the consumer calls it together.
+#[inline(always)]
+unsafe fn chunk_tables(
+    base: u32,
+    u: u32,
+    k: u32,
+    len: u32,
+    ct: u32,
+    x: ChunkInputs,
+    carry: f64,
+) -> f64 {
+    let (w, lane) = (ct / 32, ct % 32);
+    let [pre, suf, gamma, c_s] = crate::chunked_forward_mma::chunk_token_scalars(
+        lane,
+        len,
+        [x.adt, x.dt, Bf16::widen(x.trap)],
+    );
     let bank = 2 * u + (k & 1);
     let wt = base + L::WT + bank * 1024;
     let ea = base + L::EXPA + bank * 128;
     // The weights: entry e = lane + 32j is (i, i') = (e / 16, e mod 16).
     let ip = lane % 16;
     let (a_ip, c_ip) = (shfl_idx_f32(pre, ip), shfl_idx_f32(c_s, ip));
-    // SAFETY (whole body): indices inside the WT, EXPA and KSCALE regions.
+    // Angle increments of the thread's four times, summed in f64 through the chunk: this
+    // thread's running sums, then the totals of the four time groups (lanes of one angle).
+    let (angle, group) = (8 * w + lane % 8, lane / 8);
+    let mut run = 0.0f64;
+    let mut part = [0.0f64; 4];
+    for (i, p) in part.iter_mut().enumerate() {
+        let dt = shfl_idx_f32(x.dt, 4 * group + i as u32);
+        // Times past `len` have logit and Δ zero: their increment is an exact zero.
+        run += angle_increment_f32(x.logits[i], dt) as f64;
+        *p = run;
+    }
+    let (mut before, mut total) = (0.0f64, 0.0f64);
+    for j in 0..4u32 {
+        let tj = shfl_idx_f64(run, lane % 8 + 8 * j);
+        if j < group {
+            before += tj;
+        }
+        total += tj;
+    }
+    let cs = base + L::CS + bank * 16 * L::CS_STRIDE + 8 * angle;
+    // SAFETY (whole body): indices inside the WT, EXPA, KSCALE and CS regions.
     unsafe {
-        for j in 0..8u32 {
+        for jj in 0..2u32 {
+            let j = 2 * w + jj;
             let i = lane / 16 + 2 * j;
             let a_i = shfl_idx_f32(pre, i);
             let g_i = shfl_idx_f32(gamma, i);
-            let w = if ip < i {
+            let wv = if ip < i {
                 exp(a_i - a_ip) * c_ip
             } else if ip == i {
                 g_i
             } else {
                 0.0
             };
-            st_shared_f32(wt + 4 * (lane + 32 * j), w);
+            st_shared_f32(wt + 4 * (lane + 32 * j), wv);
         }
-        if lane < C {
+        let exp_a = exp(pre);
+        let decay = shfl_idx_f32(exp_a, len - 1);
+        if w == 0 && lane < C {
             st_shared_f32(ea + 4 * lane, exp_a);
             st_shared_f32(base + L::KSCALE + 64 * bank + 4 * lane, exp(suf) * c_s);
         }
-        if lane == C {
+        if w == 0 && lane == C {
             st_shared_f32(ea + 4 * C, decay);
         }
-    }
-}
-
-/// Angle warp of unit `u`, chunk `k`: θ of each (time, angle) from the carry `carry` (this lane's
-/// angle, f64 in [0, 2π)) and the staged logits, its cosine and sine into the producer's table;
-/// returns the new carry (θ at the chunk's last time, reduced).
-#[inline(always)]
-unsafe fn chunk_angles(
-    base: u32,
-    u: u32,
-    k: u32,
-    len: u32,
-    lane: u32,
-    dts: f32,
-    carry: f64,
-) -> f64 {
-    let logits_at = base + L::RAW + (k & 1) * L::RAW_BYTES + L::RAW_UNIT + u * L::RAW_UNIT_BYTES;
-    let cs = base + L::CS + u * 16 * L::CS_STRIDE + 16 * (lane / 2) + 8 * (lane % 2);
-    let mut acc = 0.0f64;
-    let mut next = carry;
-    // SAFETY (whole body): indices inside the staged logits and the CS table.
-    unsafe {
-        // All sixteen loads before the first store (the stores would hold each one back).
-        let mut held = [0.0f32; C as usize];
-        for (t, l) in held.iter_mut().enumerate() {
-            *l = ld_shared_f32(logits_at + 128 * t as u32 + 4 * lane);
-        }
-        for t in 0..C {
-            let logit = held[t as usize];
-            // Times past `len` have logit and Δ zero: their increment is an exact zero.
-            acc += angle_increment_f32(logit, shfl_idx_f32(dts, t)) as f64;
-            let th = carry + acc;
-            let (s, c) = sincos_approx(reduced_near_f32(th));
+        for (i, p) in part.iter().enumerate() {
+            let t = 4 * group + i as u32;
+            let (s, c) = sincos_approx(reduced_near_f32(carry + (before + p)));
             st_shared_v2_f32(cs + t * L::CS_STRIDE, [c, s]);
-            if t == len - 1 {
-                next = wrap_two_pi_f64(th);
-            }
         }
     }
-    next
+    wrap_two_pi_f64(carry + total)
 }
 
 /// The producer warpgroup (thread `tid` < 128).
@@ -371,8 +394,6 @@ unsafe fn chunk_angles(
 unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
     let base = layout_base();
     let (pw, lane) = (tid / 32, tid % 32);
-    // Scalar work: warps 0, 1 the angles of units 0, 1; warps 2, 3 their token scalars.
-    let (su, scalar_warp) = (pw & 1, pw >= 2);
     let chunks = work.chunks();
     // The rotation's thread map: angle word m (columns 2m, 2m+1 and their partners 64 + 2m,
     // 65 + 2m; biased-only columns 32 + 2m, 96 + 2m), times a + 4j, ranks b and b + 2.
@@ -396,21 +417,11 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 st_shared_v2_f32(at + 8 * i as u32, pair);
             }
         }
-        // θ entering the segment (angle warps: lane = angle).
-        let mut carry = 0.0f64;
-        if !scalar_warp && work.seg > 0 {
-            let bh = work.b * work.heads + work.h0 + su as usize;
-            let slot = bh * (work.segments - 1) + work.seg - 1;
-            let at = 2 * (slot * NA as usize + lane as usize);
-            carry = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
-        }
         if chunks > 0 {
             stage_chunk(prm, work, base, 0, tid);
         }
         commit_group();
-        let mut ahead = load_ahead(prm, work, 0, su, lane, scalar_warp);
         for k in 0..chunks {
-            let (_, len) = work.chunk(k);
             wait_group::<0>();
             // Chunk k's rows have landed for every producer thread, and every thread is done
             // with chunk k − 1's, whose buffer the next copies take.
@@ -419,21 +430,13 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 stage_chunk(prm, work, base, k + 1, tid);
             }
             commit_group();
-            let now = ahead;
-            ahead = load_ahead(prm, work, k + 1, su, lane, scalar_warp);
-            if scalar_warp {
-                token_scalars(base, su, k, len, lane, now);
-            } else {
-                carry = chunk_angles(base, su, k, len, lane, now.dt, carry);
-            }
-            bar_sync::<PRODUCER, 128>();
             for u in 0..2u32 {
-                if k > 0 {
-                    if u == 0 {
-                        bar_sync::<EMPTY, 256>();
-                    } else {
-                        bar_sync::<{ EMPTY + 1 }, 256>();
-                    }
+                // The consumer has written the chunk's angles (and, from the second chunk on,
+                // read the previous chunk's tiles).
+                if u == 0 {
+                    bar_sync::<EMPTY, 256>();
+                } else {
+                    bar_sync::<{ EMPTY + 1 }, 256>();
                 }
                 fill_unit(base, u, k, (m, a, b, sw));
                 wgmma::fence_proxy_async_shared();
@@ -447,15 +450,8 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
         if chunks == 0 || work.t_end != work.s_len as u32 {
             return;
         }
-        // Final θ (angle warps), k̂ and raw v of the last token.
+        // k̂ and raw v of the last token.
         let bh0 = work.b * work.heads + work.h0;
-        if !scalar_warp && prm.final_theta != 0 {
-            stg(
-                prm.final_theta,
-                (bh0 + su as usize) * NA as usize + lane as usize,
-                stored_f32(carry),
-            );
-        }
         bar_sync::<PRODUCER, 128>();
         let (_, last_len) = work.chunk(chunks - 1);
         let last = last_len - 1;
@@ -505,7 +501,7 @@ unsafe fn fill_unit(base: u32, u: u32, k: u32, (m, a, b, sw): (u32, u32, u32, u3
         fresh_u32(sw),
     );
     let buf = base + L::RAW + (k & 1) * L::RAW_BYTES;
-    let cs_rows = base + L::CS + u * 16 * L::CS_STRIDE + 16 * m;
+    let cs_rows = base + L::CS + (2 * u + (k & 1)) * 16 * L::CS_STRIDE + 16 * m;
     // Offsets within a row: raw words m, 16 + m, 32 + m, 48 + m (pieces swizzled by `sw`), the
     // tiles' words of columns 2m (and + 64), 32 + 2m (and + 96).
     let lo_piece = 16 * ((m / 4) ^ sw) + 4 * (m % 4);
@@ -613,9 +609,27 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             let mv = [ldg(prm.mimo_v, at), ldg(prm.mimo_v, at + 1)];
             st_shared_v2_f32(base + L::MIMO_V + 1024 * u + 32 * lane + 8 * (ct / 32), mv);
         }
+        // θ entering the segment of the thread's angle; the first two chunks' tables, then the
+        // first hand-off to the producer (which fills a chunk once its angles are written).
+        let mut carry = 0.0f64;
+        if work.seg > 0 {
+            let slot = bh * (work.segments - 1) + work.seg - 1;
+            let at = 2 * (slot * NA as usize + (8 * w + lane % 8) as usize);
+            carry = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
+        }
+        for k in 0..chunks.min(2) {
+            let x = load_chunk_inputs(prm, work, k, u, ct);
+            carry = chunk_tables(base, u, k, work.chunk(k).1, ct, x, carry);
+        }
+        if chunks > 0 {
+            if u == 0 {
+                bar_arrive::<EMPTY, 256>();
+            } else {
+                bar_arrive::<{ EMPTY + 1 }, 256>();
+            }
+        }
         let mut z = load_z(prm, work, 0, h, (p0, q), has_z);
         for k in 0..chunks {
-            let (c0, len) = work.chunk(k);
             if u == 0 {
                 bar_sync::<FULL, 256>();
             } else {
@@ -756,6 +770,12 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                     bar_arrive::<{ EMPTY + 1 }, 256>();
                 }
             }
+            // The block's work re-formed (held across the products, it would spill); chunk
+            // k + 2's inputs, loaded while the epilogue runs and used after it.
+            let (bx, by, _) = block_and_thread_fresh();
+            let work = &Work::of_block(prm, bx, by);
+            let (c0, len) = work.chunk(k);
+            let ahead = load_chunk_inputs(prm, work, k + 2, u, ct);
             // Gate and rank contraction: column 8j + 2q + e of y is time 4(j/2) + q, rank
             // 2(j mod 2) + e.
             let zc = z;
@@ -771,11 +791,7 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             let mut o = [[0.0f32; 2]; 4];
             for (kk, ok) in o.iter_mut().enumerate() {
                 for (hh, out) in ok.iter_mut().enumerate() {
-                    let zv = f32::from_bits(if hh == 0 {
-                        zc[kk] << 16
-                    } else {
-                        zc[kk] & 0xffff_0000
-                    });
+                    let zv = Bf16::widen(zc[kk][hh]);
                     let (mz, mo) = &zo[hh];
                     for jr in 0..2usize {
                         for e in 0..2usize {
@@ -827,6 +843,12 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                     + 8 * piece as usize;
                 st_global_v4_f32(prm.out + 2 * at as u64, v);
             }
+            // Chunk k + 2's tables (into the banks chunk k's products no longer read; the
+            // producer fills chunk k + 2 only after this consumer's next hand-off).
+            if k + 2 < chunks {
+                let base = fresh_u32(base);
+                carry = chunk_tables(base, u, k + 2, work.chunk(k + 2).1, ct, ahead, carry);
+            }
         }
         // The block's work and the thread's place re-formed: held across the chunk loop, they
         // would spill.
@@ -835,7 +857,16 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
         let (u, ct) = (tx / 128 - 1, tx % 128);
         let bh = work.b * work.heads + work.h0 + u as usize;
         let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
-        if work.chunks() > 0 && work.t_end == work.s_len as u32 && prm.final_ssm != 0 {
+        let at_end = work.chunks() > 0 && work.t_end == work.s_len as u32;
+        if at_end && prm.final_theta != 0 && ct % 32 < 8 {
+            let angle = 8 * (ct / 32) + ct % 32;
+            stg(
+                prm.final_theta,
+                bh * NA as usize + angle as usize,
+                stored_f32(carry),
+            );
+        }
+        if at_end && prm.final_ssm != 0 {
             let at = bh * (P * N) as usize;
             for (j, st) in state.iter().enumerate() {
                 for hh in 0..2usize {
@@ -847,8 +878,9 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
     }
 }
 
-/// z of chunk `k` at the thread's outputs: times `4kk + q`, columns `p0` (low half) and `p0 + 8`
-/// (high half) of each word; zeros past the chunk (or without z).
+/// z of chunk `k` at the thread's outputs, as loaded (bf16 bits; converted where used, so that no
+/// instruction waits on the loads before then): times `4kk + q`, columns `p0` and `p0 + 8`; zeros
+/// past the chunk (or without z).
 #[inline(always)]
 unsafe fn load_z(
     prm: &ForwardParams,
@@ -857,8 +889,8 @@ unsafe fn load_z(
     h: usize,
     (p0, q): (u32, u32),
     has_z: bool,
-) -> [u32; 4] {
-    let mut z = [0u32; 4];
+) -> [[Bf16Bits; 2]; 4] {
+    let mut z: [[Bf16Bits; 2]; 4] = Default::default();
     if !has_z || k >= work.chunks() {
         return z;
     }
@@ -870,7 +902,7 @@ unsafe fn load_z(
             if t < len {
                 let at = ((work.b * work.s_len + (c0 + t) as usize) * work.heads + h) * P as usize
                     + p0 as usize;
-                *zw = pack_bf16x2(Bf16::load(prm.z, at), Bf16::load(prm.z, at + 8));
+                *zw = [Bf16::load_raw(prm.z, at), Bf16::load_raw(prm.z, at + 8)];
             }
         }
     }
