@@ -196,9 +196,11 @@ impl Gpu {
     /// Whether the forward runs the warp-specialized kernel
     /// ([`crate::Kernel::ForwardWsBf16R4N128P64Na32C16`]) for the calls it covers: only where the
     /// device has `wgmma` (compute capability 9.0) and only once switched on with
-    /// [`Gpu::set_warp_specialized_kernels`]. Off by default: on an H100 it measured 8.6% slower
-    /// than the `wgmma` twin of the tensor-core forward at H=64 B=8 S=2048 (its producer warpgroup
-    /// bounds it; `notes/forward-fma.md`, v14).
+    /// [`Gpu::set_warp_specialized_kernels`]. Off by default although faster (on an H100, 1166.8
+    /// against the `wgmma` twin's 1724.9 µs at H=64 B=8 S=2048): it has no checkpoint path, so a
+    /// training forward (which saves checkpoints) would run the twin and round differently from
+    /// an inference forward of the same inputs, which must match it bit for bit
+    /// (`notes/forward-fma.md`, v16).
     pub fn warp_specialized_kernels(&self) -> bool {
         crate::has_wgmma(self.compute_capability) && self.ws_enabled.load(Ordering::Relaxed)
     }

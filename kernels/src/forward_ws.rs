@@ -37,10 +37,12 @@
 //! the same error to every token of a head, which the state accumulates: 1.01e-2 at S = 1000
 //! against 2.8e-3), with D rounded into the diagonal of the weighted scores.
 //!
-//! Status: correct (CPU emulation with happens-before race checks; H100 GPU suite), not faster:
-//! on an H100 it runs 8.6% slower than the tensor-core forward's `wgmma` twin at H=64 B=8
-//! S=2048 (1888.6 against 1738.3 µs), bound by the one producer warpgroup, so the host runs it
-//! only when asked (`Gpu::set_warp_specialized_kernels`); see `notes/forward-fma.md`, v14.
+//! Status: correct (CPU emulation with happens-before race checks; H100 GPU suite) and on an H100
+//! 20–33% faster than the tensor-core forward's `wgmma` twin (H=64 B=8 S=2048: 1166.8 against
+//! 1724.9 µs), now bound by the consumers' exposed global-load latencies. The host still runs it
+//! only when asked (`Gpu::set_warp_specialized_kernels`): it has no checkpoint path, and a
+//! training forward (which saves checkpoints) must give the same outputs bit for bit as the
+//! inference forward; see `notes/forward-fma.md`, v16.
 //!
 //! # Launch contract
 //! Grid `(H/2, B·K)` (K segments, [`ForwardParams::segments`]), block
