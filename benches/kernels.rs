@@ -1011,9 +1011,10 @@ fn main() {
     let wgmma =
         gpu.set_wgmma_kernels(std::env::var("MAMBA3_BENCH_WGMMA").map_or(true, |v| v != "0"));
     println!("wgmma kernels: {}", if wgmma { "on" } else { "off" });
-    // `MAMBA3_BENCH_WS=1` runs the warp-specialized forward (off by default) where it applies.
-    let ws =
-        gpu.set_warp_specialized_kernels(std::env::var("MAMBA3_BENCH_WS").is_ok_and(|v| v == "1"));
+    // `MAMBA3_BENCH_WS=0` runs the tensor-core forward (or its `wgmma` twin) where the
+    // warp-specialized forward would (A/B runs).
+    let ws = gpu
+        .set_warp_specialized_kernels(std::env::var("MAMBA3_BENCH_WS").map_or(true, |v| v != "0"));
     println!(
         "warp-specialized forward: {}",
         if ws { "on" } else { "off" }

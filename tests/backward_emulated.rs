@@ -59,6 +59,10 @@ mod backward_mma;
 #[path = "../kernels/src/segment_state.rs"]
 mod segment_state;
 
+#[allow(clippy::all)]
+#[path = "../kernels/src/forward_ws.rs"]
+mod forward_ws;
+
 /// The per-head backward kernel an emulated run takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernel {
@@ -72,6 +76,11 @@ enum Kernel {
     /// forward), after checking them bitwise against the sweep's and its outputs bitwise
     /// against the plain forward's.
     TensorCoreAfterForward,
+    /// `backward_mma` from the checkpoints of the warp-specialized forward with checkpoints (a
+    /// training step's forward on compute capability 9.0), after checking them against the
+    /// sweep's (to the state's bf16 rounding and θ's f32 pair; its products round differently)
+    /// and its outputs bitwise against the plain warp-specialized forward's.
+    WarpSpecializedAfterForward,
     /// The checkpoint sweep (split into `sweep_segments` segments when above 1: the segment-state
     /// pass, the combine pass and the sweep from the combined states, with the hand-off slots
     /// where the host puts them, in the split adjoint and per-head ∂k̃ regions) then
@@ -116,7 +125,10 @@ fn run_emulated(
     let chunked = kernel == Kernel::Chunked;
     let tensor_core = matches!(
         kernel,
-        Kernel::TensorCore | Kernel::TensorCoreAfterForward | Kernel::TensorCoreSplit { .. }
+        Kernel::TensorCore
+            | Kernel::TensorCoreAfterForward
+            | Kernel::WarpSpecializedAfterForward
+            | Kernel::TensorCoreSplit { .. }
     );
     let (boundaries, split_chunks, sweep_segments, wgmma) = match kernel {
         Kernel::TensorCoreSplit {
@@ -394,7 +406,8 @@ fn run_emulated(
             ..sweep
         };
         let mut params = params;
-        if kernel == Kernel::TensorCoreAfterForward {
+        let warp_specialized = kernel == Kernel::WarpSpecializedAfterForward;
+        if kernel == Kernel::TensorCoreAfterForward || warp_specialized {
             let out_len = b * s * h * inp.output_width();
             let (ckpt_len, cs_len) = (ws.ckpt as usize, ws.cs as usize);
             let out_plain = bufs.poison_act(out_len, true, "out (plain forward)");
@@ -414,6 +427,22 @@ fn run_emulated(
                 ..sweep
             };
             for (fp, with) in [(plain, false), (with_ckpt, true)] {
+                if warp_specialized {
+                    emulation::run_grid_hb(
+                        (h as u32 / 2, b as u32),
+                        mamba3_abi::FORWARD_WS_THREADS as usize,
+                        mamba3_abi::forward_ws_smem::BYTES as usize / 4,
+                        &bufs.buffers,
+                        || unsafe {
+                            if with {
+                                forward_ws::forward_ws::<true>(&fp)
+                            } else {
+                                forward_ws::forward_ws::<false>(&fp)
+                            }
+                        },
+                    );
+                    continue;
+                }
                 emulation::run_grid(
                     (h as u32, b as u32),
                     FORWARD_MMA_THREADS as usize,
@@ -436,14 +465,25 @@ fn run_emulated(
                 // SAFETY: a buffer of `bufs` holding at least `len` 4-byte words.
                 unsafe { std::slice::from_raw_parts(ptr as *const u32, len) }.to_vec()
             };
-            assert!(
-                words(ckpt, ckpt_len) == words(ckpt_fwd, ckpt_len),
-                "the forward's checkpoint states differ from the sweep's"
-            );
-            assert!(
-                words(cs, cs_len) == words(cs_fwd, cs_len),
-                "the forward's checkpoint angles differ from the sweep's"
-            );
+            if warp_specialized {
+                // The tensor-core layout's part of the regions: bf16 states, θ pairs per chunk.
+                let slots = b * h * s.div_ceil(16);
+                let (st_len, th_len) = (slots * p * n / 2, slots * na * 2);
+                assert!(st_len <= ckpt_len && th_len <= cs_len);
+                assert_checkpoints_close(
+                    (&words(ckpt, st_len), &words(cs, th_len)),
+                    (&words(ckpt_fwd, st_len), &words(cs_fwd, th_len)),
+                );
+            } else {
+                assert!(
+                    words(ckpt, ckpt_len) == words(ckpt_fwd, ckpt_len),
+                    "the forward's checkpoint states differ from the sweep's"
+                );
+                assert!(
+                    words(cs, cs_len) == words(cs_fwd, cs_len),
+                    "the forward's checkpoint angles differ from the sweep's"
+                );
+            }
             assert!(
                 words(out_plain, out_len / 2) == words(out_ckpt, out_len / 2),
                 "the forward with checkpoints changed the outputs"
@@ -566,6 +606,57 @@ fn check_mma(case: &Case, seed: u64) -> f64 {
 /// Runs `case` on the tensor-core kernel from the checkpoints of the forward with checkpoints.
 fn check_mma_after_forward(case: &Case, seed: u64) -> f64 {
     check_kernel(case, seed, Kernel::TensorCoreAfterForward)
+}
+
+fn check_mma_after_warp_specialized_forward(case: &Case, seed: u64) -> f64 {
+    check_kernel(case, seed, Kernel::WarpSpecializedAfterForward)
+}
+
+/// Panics unless a forward's checkpoints (`ours`: bf16 state pairs and f32 `(hi, lo)` angles, as
+/// 4-byte words) agree with the sweep's (`sweep`) to within the state's bf16 rounding (two
+/// units in the last place of the largest state entry) and 1e-5 rad modulo 2π (the sweep keeps
+/// θ unreduced, the warp-specialized forward in [0, 2π)); prints the figures.
+fn assert_checkpoints_close(sweep: (&[u32], &[u32]), ours: (&[u32], &[u32])) {
+    let halves = |w: &[u32]| -> Vec<f64> {
+        w.iter()
+            .flat_map(|&x| [x << 16, x & 0xffff_0000])
+            .map(|b| f32::from_bits(b) as f64)
+            .collect()
+    };
+    let (a, b) = (halves(sweep.0), halves(ours.0));
+    assert!(
+        b.iter().all(|v| v.is_finite()),
+        "a state checkpoint was not written"
+    );
+    let scale = a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let worst = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+    let theta = |w: &[u32]| -> Vec<f64> {
+        w.chunks(2)
+            .map(|p| f32::from_bits(p[0]) as f64 + f32::from_bits(p[1]) as f64)
+            .collect()
+    };
+    let tau = std::f64::consts::TAU;
+    let worst_theta = theta(sweep.1)
+        .iter()
+        .zip(&theta(ours.1))
+        .fold(0.0f64, |m, (x, y)| {
+            let d = (x - y).rem_euclid(tau);
+            m.max(d.min(tau - d))
+        });
+    eprintln!(
+        "checkpoints against the sweep's: state {worst:.2e} of {scale:.2e}, θ {worst_theta:.2e} rad"
+    );
+    assert!(
+        worst <= scale * 2f64.powi(-7),
+        "state checkpoints {worst:.2e} apart (scale {scale:.2e})"
+    );
+    assert!(
+        worst_theta <= 1e-5,
+        "angle checkpoints {worst_theta:.2e} rad apart"
+    );
 }
 
 /// Runs `case` on one kernel; returns the worst relative error over every gradient.
@@ -1055,6 +1146,35 @@ fn emulated_tensor_core_backward_from_the_forwards_checkpoints_matches_golden() 
     let worst = worst_over(&cases, 310, check_mma_after_forward);
     eprintln!(
         "emulated tensor-core backward after the forward: worst error {worst:.2e} over {} cases",
+        cases.len()
+    );
+}
+
+#[test]
+fn emulated_tensor_core_backward_from_the_warp_specialized_forwards_checkpoints_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    // A training step on compute capability 9.0: the warp-specialized forward writing the
+    // backward's checkpoints (close to the sweep's, its outputs bitwise the plain kernel's;
+    // checked in `run_emulated`), then the backward from them: full chunks and a tail, GQA with
+    // two heads per group, B = 2, with and without z and D.
+    let cases = [
+        Case {
+            geo: geo(1, 37, 4, 1, 2, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(HalfSplit, Gated, true, true),
+            bf16: true,
+        },
+        Case {
+            geo: geo(2, 20, 4, 2, 4, 128, 64, 32),
+            seg_len: 16,
+            opts: opts(HalfSplit, Gated, false, false),
+            bf16: true,
+        },
+    ];
+    let worst = worst_over(&cases, 320, check_mma_after_warp_specialized_forward);
+    eprintln!(
+        "emulated tensor-core backward after the warp-specialized forward: worst error {worst:.2e} over {} cases",
         cases.len()
     );
 }

@@ -375,7 +375,7 @@ fn run_emulated(
             mamba3_abi::FORWARD_WS_THREADS as usize,
             mamba3_abi::forward_ws_smem::BYTES as usize / 4,
             &mem.buffers,
-            || unsafe { forward_ws::forward_ws(&params) },
+            || unsafe { forward_ws::forward_ws::<false>(&params) },
         );
     } else if let Forward::TensorCoreUnits { stride } = forward {
         assert!(bf16 && fixed_geometry(g, chunk, bf16) && g.seq_len < chunk && segments == 1);

@@ -402,12 +402,12 @@ fn tuned_upstream_cases() -> Vec<Case> {
     upstream_cases().into_iter().filter(tuned).collect()
 }
 
-/// On compute capability 9.0, switched on, the gated half-split bf16 calls of the benchmark
-/// geometry run the warp-specialized forward (off by default): the dispatch names it, and it
-/// matches golden on upstream's benchmark-geometry cases (G = 1 and 2, split) and on edge calls:
-/// tails and a single chunk, S = 1 (the short-call kernel, which it does not cover), G = 2 with
-/// two heads per group, B = 3, S = 1000 whole and split (where biases rounded to bf16 before the
-/// add had shown as 1.01e-2); then the same edge calls switched off again.
+/// On compute capability 9.0 the gated half-split bf16 calls of the benchmark geometry run the
+/// warp-specialized forward (on by default): the dispatch names it, and it matches golden on
+/// upstream's benchmark-geometry cases (G = 1 and 2, split) and on edge calls: tails and a single
+/// chunk, S = 1 (the short-call kernel, which it does not cover), G = 2 with two heads per group,
+/// B = 3, S = 1000 whole and split (where biases rounded to bf16 before the add had shown as
+/// 1.01e-2); then the same edge calls switched off.
 #[test]
 fn forward_dispatch_names_the_warp_specialized_kernel_and_it_matches_golden() {
     let gpu = gpu_or_skip!();
@@ -415,9 +415,8 @@ fn forward_dispatch_names_the_warp_specialized_kernel_and_it_matches_golden() {
     let inp = Mamba3Inputs::random(cases[0].geo, cases[0].opts, 1).expect("random inputs");
     let config = config_of::<bf16>(&inp, cases[0].chunk);
     let ws = "forward_ws_bf16_r4_n128_p64_na32_c16";
-    let _restore = common::device::WarpSpecializedOff(&gpu);
-    assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&ws));
-    if !gpu.set_warp_specialized_kernels(true) {
+    if !gpu.warp_specialized_kernels() {
+        assert!(!gpu.set_warp_specialized_kernels(true));
         assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&ws));
         eprintln!(
             "SKIPPED: compute capability {:?} has no wgmma (the grids ran the tensor-core kernel)",
@@ -471,8 +470,9 @@ fn forward_dispatch_names_the_warp_specialized_kernel_and_it_matches_golden() {
     );
 }
 
-/// On compute capability 9.0 the bf16 tensor-core forward runs as its `wgmma` twin, which every
-/// other test here then exercises; this one checks that the dispatch reports the twin and runs
+/// On compute capability 9.0 the bf16 tensor-core forward runs as its `wgmma` twin (where the
+/// warp-specialized forward does not take the call, as it does here unless switched off, which
+/// this test does); this one checks that the dispatch reports the twin and runs
 /// the `mma.sync` kernel on the same device too (the benchmark geometry of upstream's grid, G = 1
 /// and 2, whole and split).
 #[test]
@@ -484,6 +484,8 @@ fn forward_dispatch_names_the_wgmma_kernel_and_the_mma_kernel_still_matches_gold
     let wg = "forward_wg_bf16_r4_n128_p64_na32_c16";
     let mma = "forward_mma_bf16_r4_n128_p64_na32_c16";
     let _restore = common::device::WgmmaKernelsOn(&gpu);
+    // The warp-specialized forward (on by default) would take these calls.
+    gpu.set_warp_specialized_kernels(false);
     if !gpu.wgmma_kernels() {
         assert!(!dispatch_paths_on_gpu(&gpu, &config).contains(&wg));
         eprintln!(

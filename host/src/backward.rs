@@ -1294,8 +1294,9 @@ pub struct BackwardCheckpoints {
 }
 
 impl BackwardCheckpoints {
-    /// Whether the forward wrote the checkpoints (the tensor-core forward ran: bf16 at the
-    /// tensor-core backward's geometry, chunks of 16, aligned views); without them
+    /// Whether the forward wrote the checkpoints (the tensor-core forward ran, or on compute
+    /// capability 9.0 the warp-specialized one: bf16 at the tensor-core backward's geometry,
+    /// chunks of 16, aligned views); without them
     /// [`backward_with_checkpoints`] runs the checkpoint sweep itself, as [`backward`] does.
     pub fn written(&self) -> bool {
         self.written

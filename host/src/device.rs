@@ -121,7 +121,7 @@ impl Gpu {
             smem_optin,
             programmatic_enabled: AtomicBool::new(major >= 9),
             wgmma_enabled: AtomicBool::new(true),
-            ws_enabled: AtomicBool::new(false),
+            ws_enabled: AtomicBool::new(true),
         });
         open.insert(ordinal, gpu.clone());
         Ok(gpu)
@@ -194,19 +194,16 @@ impl Gpu {
     }
 
     /// Whether the forward runs the warp-specialized kernel
-    /// ([`crate::Kernel::ForwardWsBf16R4N128P64Na32C16`]) for the calls it covers: only where the
-    /// device has `wgmma` (compute capability 9.0) and only once switched on with
-    /// [`Gpu::set_warp_specialized_kernels`]. Off by default although faster (on an H100, 1166.8
-    /// against the `wgmma` twin's 1724.9 µs at H=64 B=8 S=2048): it has no checkpoint path, so a
-    /// training forward (which saves checkpoints) would run the twin and round differently from
-    /// an inference forward of the same inputs, which must match it bit for bit
-    /// (`notes/forward-fma.md`, v16).
+    /// ([`crate::Kernel::ForwardWsBf16R4N128P64Na32C16`]; a training forward its checkpoint-writing
+    /// instantiation, so that both round alike) for the calls it covers: where the device has
+    /// `wgmma` (compute capability 9.0), on by default (on an H100, 1166.8 against the tensor-core
+    /// forward's `wgmma` twin's 1724.9 µs at H=64 B=8 S=2048; `notes/forward-fma.md`, v16–v17).
     pub fn warp_specialized_kernels(&self) -> bool {
         crate::has_wgmma(self.compute_capability) && self.ws_enabled.load(Ordering::Relaxed)
     }
 
-    /// Turns the warp-specialized forward on or off for launches enqueued from now on (off, the
-    /// default, those calls run the tensor-core forward or its `wgmma` twin). Returns
+    /// Turns the warp-specialized forward on or off for launches enqueued from now on (off, those
+    /// calls run the tensor-core forward or its `wgmma` twin, e.g. to compare them). Returns
     /// [`Gpu::warp_specialized_kernels`] after the change.
     pub fn set_warp_specialized_kernels(&self, enabled: bool) -> bool {
         self.ws_enabled.store(enabled, Ordering::Relaxed);

@@ -647,9 +647,10 @@ fn warp_specialized_kernel(gpu: &Gpu, config: &ForwardConfig) -> Option<Kernel> 
 
 /// The warp-specialized forward and its launch shape (grid `(H/2, B·K)`, three warpgroups) for
 /// the tensor-core forward `kernel` of a call (`params`, `segments` segments), where
-/// [`warp_specialized_kernel`] covers it and the call has no initial state and no checkpoints,
-/// and q, k, v, the angle logits, the output and the final k̂ and v are 16-byte aligned, the final
-/// and hand-off SSM states 8-byte aligned.
+/// [`warp_specialized_kernel`] covers it and the call has no initial state, and q, k, v, the angle
+/// logits, the output and the final k̂ and v are 16-byte aligned, the final and hand-off SSM
+/// states and the state checkpoints 8-byte aligned. With checkpoints in `params`, its
+/// instantiation that writes them.
 fn warp_specialized_plan(
     gpu: &Gpu,
     config: &ForwardConfig,
@@ -657,7 +658,11 @@ fn warp_specialized_plan(
     kernel: Kernel,
     segments: usize,
 ) -> Option<(Kernel, LaunchConfig)> {
-    let ws = warp_specialized_kernel(gpu, config)?;
+    let plain = warp_specialized_kernel(gpu, config)?;
+    let ws = match params.ckpt_state {
+        0 => plain,
+        _ => Kernel::forward_warp_specialized_ckpt(config.dtype, fixed_geometry(config))?,
+    };
     let tensor_core = tensor_core_kernels(config).is_some_and(|(tc, _)| tc == kernel);
     let aligned = [
         params.q,
@@ -670,10 +675,10 @@ fn warp_specialized_plan(
     ]
     .iter()
     .all(|p| p.is_multiple_of(16))
-        && [params.final_ssm, params.seg_state]
+        && [params.final_ssm, params.seg_state, params.ckpt_state]
             .iter()
             .all(|p| p.is_multiple_of(8));
-    (tensor_core && aligned && params.init_ssm == 0 && params.ckpt_state == 0).then(|| {
+    (tensor_core && aligned && params.init_ssm == 0).then(|| {
         (
             ws,
             LaunchConfig {
@@ -1347,6 +1352,7 @@ pub(crate) fn forward_impl<T: Activation>(
     overlap_check(&outputs, &all)?;
 
     let (mut kernel, segment_state, cfg) = launch_plan(gpu, &run, &params, segments, smem)?;
+    let tc_kernel = kernel;
     let tensor_core = tensor_core_kernels(&run).is_some_and(|(tc, _)| tc == kernel);
     let wrote_checkpoints = match ckpt {
         Some(c) if tensor_core && initial.is_none() => {
@@ -1357,11 +1363,11 @@ pub(crate) fn forward_impl<T: Activation>(
         }
         _ => false,
     };
-    let (forward_kernel, forward_cfg) = match wrote_checkpoints {
-        false => warp_specialized_plan(gpu, &run, &params, kernel, segments)
-            .unwrap_or((gpu.preferred(kernel), cfg)),
-        true => (gpu.preferred(kernel), cfg),
-    };
+    // The warp-specialized forward where it covers the call, with or without checkpoints: a
+    // training forward and an inference forward of the same call run the same products.
+    let (forward_kernel, forward_cfg) =
+        warp_specialized_plan(gpu, &run, &params, tc_kernel, segments)
+            .unwrap_or((gpu.preferred(kernel), cfg));
     let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {

@@ -123,6 +123,10 @@ pub enum Kernel {
     /// consumer per head running its products on `wgmma` with the state as accumulators; R=4,
     /// N=128, P=64, Na=32, C=16, half-split rotation, gated output ([`FixedForward::warp_specialized`]).
     ForwardWsBf16R4N128P64Na32C16,
+    /// [`Kernel::ForwardWsBf16R4N128P64Na32C16`] that also writes the tensor-core backward's
+    /// checkpoints (the state and θ entering every chunk): a training step's forward, with the
+    /// plain kernel's outputs bit for bit ([`FixedForward::warp_specialized_ckpt`]).
+    ForwardWsCkptBf16R4N128P64Na32C16,
     /// The tensor-core forward's instantiation for calls shorter than one chunk (a decode call of
     /// a few tokens: its state pass and epilogue skip the empty 16-row tiles too), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
@@ -199,7 +203,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 82] = [
+    pub const ALL: [Kernel; 83] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -253,6 +257,7 @@ impl Kernel {
         Kernel::ForwardMmaBf16R4N128P64Na32C16,
         Kernel::ForwardWgBf16R4N128P64Na32C16,
         Kernel::ForwardWsBf16R4N128P64Na32C16,
+        Kernel::ForwardWsCkptBf16R4N128P64Na32C16,
         Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
         Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
@@ -301,6 +306,7 @@ impl Kernel {
             Kernel::PrimWgmmaBf16M64n128k128
                 | Kernel::ForwardWgBf16R4N128P64Na32C16
                 | Kernel::ForwardWsBf16R4N128P64Na32C16
+                | Kernel::ForwardWsCkptBf16R4N128P64Na32C16
                 | Kernel::SegmentStateWgBf16R4N128P64Na32C16
                 | Kernel::BackwardCkptWgBf16R4N128P64Na32C16
         )
@@ -379,6 +385,9 @@ impl Kernel {
             Kernel::ForwardMmaBf16R4N128P64Na32C16 => "forward_mma_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardWgBf16R4N128P64Na32C16 => "forward_wg_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardWsBf16R4N128P64Na32C16 => "forward_ws_bf16_r4_n128_p64_na32_c16",
+            Kernel::ForwardWsCkptBf16R4N128P64Na32C16 => {
+                "forward_ws_ckpt_bf16_r4_n128_p64_na32_c16"
+            }
             Kernel::ForwardMmaShortBf16R4N128P64Na32C16 => {
                 "forward_mma_short_bf16_r4_n128_p64_na32_c16"
             }
@@ -545,6 +554,15 @@ impl Kernel {
         fixed_forward_row(dtype, geometry).and_then(|row| row.warp_specialized)
     }
 
+    /// The warp-specialized forward writing the backward's checkpoints for exactly this dtype and
+    /// geometry, if any (see [`FixedForward::warp_specialized_ckpt`]).
+    pub fn forward_warp_specialized_ckpt(
+        dtype: crate::Dtype,
+        geometry: FixedForwardGeometry,
+    ) -> Option<Kernel> {
+        fixed_forward_row(dtype, geometry).and_then(|row| row.warp_specialized_ckpt)
+    }
+
     /// The batch-walking short-call instantiation for exactly this dtype and geometry, if any
     /// (see [`FixedForward::tensor_core_units`]).
     pub fn forward_tensor_core_units(
@@ -687,10 +705,15 @@ pub struct FixedForward {
     pub tensor_core_units: Option<Kernel>,
     /// The warp-specialized forward ([`Kernel::ForwardWsBf16R4N128P64Na32C16`]), run instead of
     /// the tensor-core forward on compute capability 9.0 while
-    /// [`crate::Gpu::warp_specialized_kernels`] is on (off by default) for calls it covers: the
+    /// [`crate::Gpu::warp_specialized_kernels`] is on (the default) for calls it covers: the
     /// half-split rotation, the gated output, an even number of heads per q/k group, no initial
     /// state.
     pub warp_specialized: Option<Kernel>,
+    /// The warp-specialized forward that also writes the tensor-core backward's checkpoints
+    /// ([`Kernel::ForwardWsCkptBf16R4N128P64Na32C16`]): a training step's forward runs it where
+    /// an inference forward of the same call would run `warp_specialized`, so that both give the
+    /// same outputs.
+    pub warp_specialized_ckpt: Option<Kernel>,
 }
 
 /// The benchmark's (and upstream's tuned) geometry.
@@ -717,6 +740,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         tensor_core_short: None,
         tensor_core_units: None,
         warp_specialized: None,
+        warp_specialized_ckpt: None,
     },
     FixedForward {
         dtype: crate::Dtype::Bf16,
@@ -730,6 +754,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         tensor_core_short: Some(Kernel::ForwardMmaShortBf16R4N128P64Na32C16),
         tensor_core_units: Some(Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16),
         warp_specialized: Some(Kernel::ForwardWsBf16R4N128P64Na32C16),
+        warp_specialized_ckpt: Some(Kernel::ForwardWsCkptBf16R4N128P64Na32C16),
     },
 ];
 

@@ -39,19 +39,19 @@
 //!
 //! Status: correct (CPU emulation with happens-before race checks; H100 GPU suite) and on an H100
 //! 20–33% faster than the tensor-core forward's `wgmma` twin (H=64 B=8 S=2048: 1166.8 against
-//! 1724.9 µs), now bound by the consumers' exposed global-load latencies. The host still runs it
-//! only when asked (`Gpu::set_warp_specialized_kernels`): it has no checkpoint path, and a
-//! training forward (which saves checkpoints) must give the same outputs bit for bit as the
-//! inference forward; see `notes/forward-fma.md`, v16.
+//! 1724.9 µs), now bound by the consumers' exposed global-load latencies. The host runs it by
+//! default on compute capability 9.0 (`Gpu::set_warp_specialized_kernels`), a training forward
+//! through the `_ckpt_` instantiation, so that both give the same outputs bit for bit; see
+//! `notes/forward-fma.md`, v16–v17.
 //!
 //! # Launch contract
 //! Grid `(H/2, B·K)` (K segments, [`ForwardParams::segments`]), block
 //! `mamba3_abi::FORWARD_WS_THREADS`, dynamic shared memory `forward_ws_smem::BYTES`, compute
 //! capability 9.0 (the `sm_90a` module); the geometry, dtype, rotation and mode above, H/G even,
-//! no initial state and no checkpoints; q, k, v, the angle logits, the output, the final k̂ and v
-//! 16-byte aligned, the final and hand-off SSM states 8-byte aligned; every pointer valid for its
-//! documented shape (the host validates). Segments other than the first start from the hand-off
-//! slots of the segment-state and combine passes.
+//! no initial state, checkpoint pointers only for the `_ckpt_` kernel; q, k, v, the angle logits,
+//! the output, the final k̂ and v 16-byte aligned, the final and hand-off SSM states 8-byte
+//! aligned; every pointer valid for its documented shape (the host validates). Segments other
+//! than the first start from the hand-off slots of the segment-state and combine passes.
 
 use mamba3_abi::{forward_ws_smem as L, ForwardParams};
 
@@ -189,7 +189,7 @@ fn unit_tile(base: u32, u: u32, tile: u32) -> u32 {
 /// # Safety
 /// The launch contract of the module docs.
 #[inline(always)]
-pub unsafe fn forward_ws(prm: &ForwardParams) {
+pub unsafe fn forward_ws<const CKPT: bool>(prm: &ForwardParams) {
     // Through a broadcast from lane 0, so that the compiler knows the warpgroup index (and every
     // tile address and descriptor derived from it) is uniform across the warp.
     let wg = shfl_idx_f32(f32::from_bits(thread_x() / 128), 0).to_bits();
@@ -203,7 +203,7 @@ pub unsafe fn forward_ws(prm: &ForwardParams) {
         } else {
             setmaxnreg_inc::<CONSUMER_REGS>();
             let tid = thread_x();
-            consumer(prm, &Work::new(prm), wg - 1, tid - 128 * wg);
+            consumer::<CKPT>(prm, &Work::new(prm), wg - 1, tid - 128 * wg);
         }
     }
 }
@@ -563,9 +563,10 @@ unsafe fn fill_unit(base: u32, u: u32, k: u32, (m, a, b, sw): (u32, u32, u32, u3
     }
 }
 
-/// Consumer `u` (thread `ct` < 128 of warpgroup `u + 1`).
+/// Consumer `u` (thread `ct` < 128 of warpgroup `u + 1`); with `CKPT`, it also writes the
+/// backward's checkpoints, the state and θ entering every chunk.
 #[inline(always)]
-unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
+unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
     let base = layout_base();
     let (w, lane) = (ct / 32, ct % 32);
     let (g, q) = (lane / 4, lane % 4);
@@ -621,7 +622,13 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
         }
         for k in 0..chunks.min(2) {
             let x = load_chunk_inputs(prm, work, k, u, ct);
+            if CKPT {
+                store_checkpoint_theta(prm, k, carry);
+            }
             carry = chunk_tables(base, u, k, work.chunk(k).1, ct, x, carry);
+        }
+        if CKPT && chunks > 0 {
+            store_checkpoint_state(prm, 0, &state);
         }
         if chunks > 0 {
             if u == 0 {
@@ -671,7 +678,19 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                 ct,
             );
             wgmma::wait_m64n64::<0>(&mut s);
-            // Weighted scores (time weights; D on the diagonal) as bf16 into the S tile.
+            // Weighted scores (time weights; D on the diagonal) as bf16 into the S tile, at
+            // addresses formed from a fresh read of the thread index: ptxas otherwise hoists
+            // the sixteen of them out of the chunk loop and holds them across it.
+            let (w, g, q, tiles) = {
+                let tx = block_and_thread_fresh().2;
+                let (ct, lane) = (tx % 128, tx % 32);
+                (
+                    ct / 32,
+                    lane / 4,
+                    lane % 4,
+                    layout_base() + (tx / 128 - 1) * L::UNIT_BYTES,
+                )
+            };
             let diag = g / 2 == q;
             for (jj, sj) in s.iter().enumerate() {
                 let wv = weights[jj / 2];
@@ -848,8 +867,14 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             // Chunk k + 2's tables (into the banks chunk k's products no longer read; the
             // producer fills chunk k + 2 only after this consumer's next hand-off).
             if k + 2 < chunks {
+                if CKPT {
+                    store_checkpoint_theta(prm, k + 2, carry);
+                }
                 let base = fresh_u32(base);
                 carry = chunk_tables(base, u, k + 2, work.chunk(k + 2).1, ct, ahead, carry);
+            }
+            if CKPT && k + 1 < chunks {
+                store_checkpoint_state(prm, k + 1, &state);
             }
         }
         // The block's work and the thread's place re-formed: held across the chunk loop, they
@@ -876,6 +901,66 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                     st_global_v2_f32(prm.final_ssm + 4 * e as u64, [st[2 * hh], st[2 * hh + 1]]);
                 }
             }
+        }
+    }
+}
+
+/// The consumer thread's place for a checkpoint store, formed afresh from the block and thread
+/// indices (held across the chunk loop, its pieces would spill): the slot of chunk `k` of its
+/// unit's segment in the checkpoint buffers (`(b, h, c)` of `(B, H, ⌈S/C⌉)`, `c` the chunk's
+/// index in the sequence) and the thread's index `ct` in its consumer.
+#[inline(always)]
+fn checkpoint_place(prm: &ForwardParams, k: u32) -> (usize, u32) {
+    let (bx, by, tx) = block_and_thread_fresh();
+    let work = Work::of_block(prm, bx, by);
+    let (u, ct) = (tx / 128 - 1, tx % 128);
+    let chunk = (work.t_begin / C + k) as usize;
+    let bh = work.b * work.heads + work.h0 + u as usize;
+    (bh * work.s_len.div_ceil(C as usize) + chunk, ct)
+}
+
+/// The checkpoint of the state entering chunk `k` into `(B,H,⌈S/C⌉,P,N)` bf16 at
+/// [`ForwardParams::ckpt_state`]: the thread's accumulators (state rows `p0`, `p0 + 8`; columns
+/// `8j + 2q`, `+ 1`) rounded as the inter-chunk product's A operand rounds them. Lanes `q` and
+/// `q ^ 1` trade a word of each column-group pair, so that each lane stores 8 contiguous bytes
+/// and each store instruction fills whole 32-byte sectors.
+#[inline(always)]
+unsafe fn store_checkpoint_state(prm: &ForwardParams, k: u32, state: &[[f32; 4]; 16]) {
+    let (slot, ct) = checkpoint_place(prm, k);
+    let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
+    let at = prm.ckpt_state + 2 * (slot * (P * N) as usize) as u64;
+    let odd = q % 2 == 1;
+    // SAFETY: the slot of the 8-byte aligned checkpoint buffer (launch contract).
+    unsafe {
+        for i in 0..8usize {
+            for hh in 0..2usize {
+                let [w0, w1] =
+                    [2 * i, 2 * i + 1].map(|j| pack_bf16x2(state[j][2 * hh], state[j][2 * hh + 1]));
+                let (keep, give) = if odd { (w1, w0) } else { (w0, w1) };
+                let other = shfl_xor_f32(f32::from_bits(give), 1).to_bits();
+                let (lo, hi) = if odd { (other, keep) } else { (keep, other) };
+                let col = 8 * (2 * i as u32 + odd as u32) + 2 * (q & !1);
+                let e = (p0 + 8 * hh as u32) * N + col;
+                st_global_v2_f32(at + 2 * e as u64, [f32::from_bits(lo), f32::from_bits(hi)]);
+            }
+        }
+    }
+}
+
+/// The checkpoint of θ entering chunk `k` (`theta`, the thread's angle `8·warp + lane mod 8`) as
+/// an f32 `(hi, lo)` pair into `(B,H,⌈S/C⌉,Na,2)` at [`ForwardParams::ckpt_theta`], from the
+/// lanes of the first time group.
+#[inline(always)]
+unsafe fn store_checkpoint_theta(prm: &ForwardParams, k: u32, theta: f64) {
+    let (slot, ct) = checkpoint_place(prm, k);
+    let (w, lane) = (ct / 32, ct % 32);
+    if lane < 8 {
+        let at = 2 * (slot * NA as usize + (8 * w + lane) as usize);
+        let (hi, lo) = crate::chunked_forward::split_f64(theta);
+        // SAFETY: the slot of the checkpoint angle buffer (launch contract).
+        unsafe {
+            stg(prm.ckpt_theta, at, hi);
+            stg(prm.ckpt_theta, at + 1, lo);
         }
     }
 }
@@ -950,5 +1035,21 @@ unsafe fn write_x(tiles: u32, kscale: u32, mimo_v: u32, v_rows: u32, ct: u32) {
 pub unsafe extern "ptx-kernel" fn forward_ws_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
     crate::arch::barrier::exit_unless_sm90a();
     // SAFETY: forwarded to the caller.
-    unsafe { forward_ws(&params) }
+    unsafe { forward_ws::<false>(&params) }
+}
+
+/// [`forward_ws_bf16_r4_n128_p64_na32_c16`] that also writes the tensor-core backward's
+/// checkpoints (the state and θ entering every chunk, as `forward_ckpt_mma_*` writes them) to
+/// [`ForwardParams::ckpt_state`] and [`ForwardParams::ckpt_theta`]: a training step's forward,
+/// with outputs bitwise those of the plain kernel.
+///
+/// # Safety
+/// The launch contract of the module docs, with `ckpt_state` (8-byte aligned) and `ckpt_theta`
+/// valid for `(B,H,⌈S/C⌉,P,N)` bf16 and `(B,H,⌈S/C⌉,Na,2)` f32.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn forward_ws_ckpt_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
+    crate::arch::barrier::exit_unless_sm90a();
+    // SAFETY: forwarded to the caller.
+    unsafe { forward_ws::<true>(&params) }
 }

@@ -149,13 +149,3 @@ impl Drop for WgmmaKernelsOn<'_> {
         self.0.set_wgmma_kernels(true);
     }
 }
-
-/// Turns the device's warp-specialized forward back off (its default) when dropped (also when
-/// the test that switched it on fails).
-pub struct WarpSpecializedOff<'a>(pub &'a mamba3::Gpu);
-
-impl Drop for WarpSpecializedOff<'_> {
-    fn drop(&mut self) {
-        self.0.set_warp_specialized_kernels(false);
-    }
-}
