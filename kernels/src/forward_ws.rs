@@ -32,6 +32,10 @@
 //! chunk k (before `full`). The two consumers are half a chunk apart: while one runs its
 //! products, the other runs its epilogue and the producer fills the first's next tiles.
 //!
+//! Checkpoints (the `_ckpt_` instantiation, a training step's forward): each consumer stores the
+//! state entering each chunk (as bf16, the inter-chunk product's rounding) at the end of the
+//! previous chunk's iteration, and θ entering each chunk as it forms that chunk's tables.
+//!
 //! Precision: as the `mma.sync` tensor-core kernel (`chunked_forward_mma`): q̂ and k̂ biased and
 //! rotated in f32 and rounded once (biases rounded to bf16 first, as upstream casts them, added
 //! the same error to every token of a head, which the state accumulates: 1.01e-2 at S = 1000
