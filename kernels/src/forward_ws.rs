@@ -78,6 +78,26 @@ use crate::math::{exp, mul_silu_tanh_approx};
 /// A bf16 element as loaded (its bits), converted where it is used.
 type Bf16Bits = <Bf16 as Elem>::Raw;
 
+/// A value as loaded, passed through an opaque copy where it is used, so that nothing derived
+/// from it (a conversion) is moved up to the load, where the warp would wait for it.
+trait KeptAsLoaded: Copy {
+    fn kept(self) -> Self;
+}
+
+impl KeptAsLoaded for u32 {
+    #[inline(always)]
+    fn kept(self) -> u32 {
+        fresh_u32(self)
+    }
+}
+
+impl KeptAsLoaded for f32 {
+    #[inline(always)]
+    fn kept(self) -> f32 {
+        f32::from_bits(fresh_u32(self.to_bits()))
+    }
+}
+
 const R: u32 = 4;
 const N: u32 = 128;
 const P: u32 = 64;
@@ -330,10 +350,12 @@ unsafe fn chunk_tables(
     carry: f64,
 ) -> f64 {
     let (w, lane) = (ct / 32, ct % 32);
+    // The trap logit converted only here, through an opaque copy: LLVM otherwise moves the
+    // conversion into the branch that loads it, where the warp waits out the load.
     let [pre, suf, gamma, c_s] = crate::chunked_forward_mma::chunk_token_scalars(
         lane,
         len,
-        [x.adt, x.dt, Bf16::widen(x.trap)],
+        [x.adt, x.dt, Bf16::widen(x.trap.kept())],
     );
     let bank = 2 * u + (k & 1);
     let wt = base + L::WT + bank * 1024;
