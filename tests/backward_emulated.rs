@@ -441,25 +441,25 @@ fn run_emulated(
                             }
                         },
                     );
-                    continue;
+                } else {
+                    emulation::run_grid(
+                        (h as u32, b as u32),
+                        FORWARD_MMA_THREADS as usize,
+                        forward_mma_smem::BYTES as usize / 4,
+                        &bufs.buffers,
+                        || unsafe {
+                            if with {
+                                chunked_forward_mma::chunked_forward_mma::<false, false, true, false>(
+                                    &fp,
+                                )
+                            } else {
+                                chunked_forward_mma::chunked_forward_mma::<false, false, false, false>(
+                                    &fp,
+                                )
+                            }
+                        },
+                    );
                 }
-                emulation::run_grid(
-                    (h as u32, b as u32),
-                    FORWARD_MMA_THREADS as usize,
-                    forward_mma_smem::BYTES as usize / 4,
-                    &bufs.buffers,
-                    || unsafe {
-                        if with {
-                            chunked_forward_mma::chunked_forward_mma::<false, false, true, false>(
-                                &fp,
-                            )
-                        } else {
-                            chunked_forward_mma::chunked_forward_mma::<false, false, false, false>(
-                                &fp,
-                            )
-                        }
-                    },
-                );
             }
             let words = |ptr: u64, len: usize| -> Vec<u32> {
                 // SAFETY: a buffer of `bufs` holding at least `len` 4-byte words.

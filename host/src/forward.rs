@@ -1351,23 +1351,21 @@ pub(crate) fn forward_impl<T: Activation>(
     let all: Vec<Range> = inputs_ranges.iter().chain(&outputs).copied().collect();
     overlap_check(&outputs, &all)?;
 
-    let (mut kernel, segment_state, cfg) = launch_plan(gpu, &run, &params, segments, smem)?;
-    let tc_kernel = kernel;
+    let (kernel, segment_state, cfg) = launch_plan(gpu, &run, &params, segments, smem)?;
     let tensor_core = tensor_core_kernels(&run).is_some_and(|(tc, _)| tc == kernel);
-    let wrote_checkpoints = match ckpt {
+    let ckpt_kernel = match ckpt {
         Some(c) if tensor_core && initial.is_none() => {
-            kernel = c.kernel;
             params.ckpt_state = c.state;
             params.ckpt_theta = c.theta;
-            true
+            Some(c.kernel)
         }
-        _ => false,
+        _ => None,
     };
+    let wrote_checkpoints = ckpt_kernel.is_some();
     // The warp-specialized forward where it covers the call, with or without checkpoints: a
     // training forward and an inference forward of the same call run the same products.
-    let (forward_kernel, forward_cfg) =
-        warp_specialized_plan(gpu, &run, &params, tc_kernel, segments)
-            .unwrap_or((gpu.preferred(kernel), cfg));
+    let (forward_kernel, forward_cfg) = warp_specialized_plan(gpu, &run, &params, kernel, segments)
+        .unwrap_or((gpu.preferred(ckpt_kernel.unwrap_or(kernel)), cfg));
     let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {

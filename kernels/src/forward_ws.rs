@@ -905,9 +905,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
         }
         // The block's work and the thread's place re-formed: held across the chunk loop, they
         // would spill.
-        let (bx, by, tx) = block_and_thread_fresh();
-        let work = Work::of_block(prm, bx, by);
-        let (u, ct) = (tx / 128 - 1, tx % 128);
+        let (work, u, ct) = consumer_place_fresh(prm);
         let bh = work.b * work.heads + work.h0 + u as usize;
         let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
         let at_end = work.chunks() > 0 && work.t_end == work.s_len as u32;
@@ -931,15 +929,21 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
     }
 }
 
-/// The consumer thread's place for a checkpoint store, formed afresh from the block and thread
-/// indices (held across the chunk loop, its pieces would spill): the slot of chunk `k` of its
-/// unit's segment in the checkpoint buffers (`(b, h, c)` of `(B, H, ⌈S/C⌉)`, `c` the chunk's
-/// index in the sequence) and the thread's index `ct` in its consumer.
+/// The consumer thread's place formed afresh from the block and thread indices (held across the
+/// chunk loop, its pieces would spill): the block's work, the consumer `u` and the thread's index
+/// `ct` in it.
+#[inline(always)]
+fn consumer_place_fresh(prm: &ForwardParams) -> (Work, u32, u32) {
+    let (bx, by, tx) = block_and_thread_fresh();
+    (Work::of_block(prm, bx, by), tx / 128 - 1, tx % 128)
+}
+
+/// The consumer thread's place for a checkpoint store ([`consumer_place_fresh`]): the slot of
+/// chunk `k` of its unit's segment in the checkpoint buffers (`(b, h, c)` of `(B, H, ⌈S/C⌉)`,
+/// `c` the chunk's index in the sequence) and the thread's index `ct` in its consumer.
 #[inline(always)]
 fn checkpoint_place(prm: &ForwardParams, k: u32) -> (usize, u32) {
-    let (bx, by, tx) = block_and_thread_fresh();
-    let work = Work::of_block(prm, bx, by);
-    let (u, ct) = (tx / 128 - 1, tx % 128);
+    let (work, u, ct) = consumer_place_fresh(prm);
     let chunk = (work.t_begin / C + k) as usize;
     let bh = work.b * work.heads + work.h0 + u as usize;
     (bh * work.s_len.div_ceil(C as usize) + chunk, ct)
