@@ -135,11 +135,7 @@ fn train_step<T: Activation>(gpu: &Gpu, geometry: Mamba3Geometry) -> Result<()> 
     println!("{} ({:?} activations)", gpu.name(), T::DTYPE);
     println!(
         "forward kernels: {:?}",
-        forward::dispatch_paths_with_workspace(
-            &config,
-            gpu.sm_count(),
-            gpu.max_shared_memory_optin()
-        )
+        forward::dispatch_paths_on_gpu(gpu, &config)
     );
     println!(
         "backward kernels: {:?}",

@@ -49,11 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{}", gpu.name());
     println!(
         "forward kernels: {:?}",
-        forward::dispatch_paths_with_workspace(
-            &config,
-            gpu.sm_count(),
-            gpu.max_shared_memory_optin()
-        )
+        forward::dispatch_paths_on_gpu(&gpu, &config)
     );
 
     // The first call loads the module's functions; time the second.

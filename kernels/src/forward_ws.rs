@@ -42,11 +42,13 @@
 //! against 2.8e-3), with D rounded into the diagonal of the weighted scores.
 //!
 //! Status: correct (CPU emulation with happens-before race checks; H100 GPU suite) and on an H100
-//! 20–33% faster than the tensor-core forward's `wgmma` twin (H=64 B=8 S=2048: 1166.8 against
-//! 1724.9 µs), now bound by the consumers' exposed global-load latencies. The host runs it by
-//! default on compute capability 9.0 (`Gpu::set_warp_specialized_kernels`), a training forward
-//! through the `_ckpt_` instantiation, so that both give the same outputs bit for bit; see
-//! `notes/forward-fma.md`, v16–v17.
+//! 20–35% faster than the tensor-core forward's `wgmma` twin (H=64 B=8 S=2048: 1107–1111 against
+//! ~1720 µs), bound by the consumers (their epilogue is two thirds of their time) and close to
+//! issue-bound (an IPC of 2.35 of 4): instruction count is what moves it, hence the load addresses
+//! formed once per row and stepped by a token stride. The host runs it by default on compute
+//! capability 9.0 (`Gpu::set_warp_specialized_kernels`), a training forward through the `_ckpt_`
+//! instantiation, so that both give the same outputs bit for bit; see `notes/forward-fma.md`,
+//! v16–v18.
 //!
 //! # Launch contract
 //! Grid `(H/2, B·K)` (K segments, [`ForwardParams::segments`]), block
@@ -158,7 +160,12 @@ impl Work {
         // parameters is computed once before it and held across.
         let segments = fresh_u32(prm.segments).max(1) as usize;
         let y = y as usize;
-        let (b, seg) = (y / segments, y % segments);
+        // The division only where segments are (the consumers re-form their work every chunk).
+        let (b, seg) = if segments == 1 {
+            (y, 0)
+        } else {
+            (y / segments, y % segments)
+        };
         let (t_begin, t_end) = if segments > 1 {
             let span = fresh_u32(prm.seg_chunks) * C;
             (
@@ -245,16 +252,29 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
     // tensors of the launch contract (time c0's for zero-filled rows, never read); destinations
     // inside the staging buffer.
     unsafe {
+        // Row ρ = tid/16 + 8j is time tid/64 + 2j of rank (tid/16) mod 4: one source offset for
+        // j = 0, then two tokens' stride (the 64-bit index arithmetic formed once); rows past
+        // the chunk read nothing, from time c0's row.
+        let r = (tid / 16) % 4;
+        let t0 = tid / 64;
+        let row_of = |t: u32| {
+            2 * ((work.b * work.s_len + t as usize) * token_elems
+                + (r as usize * work.groups + work.g) * N as usize
+                + 8 * piece as usize) as u64
+        };
+        let first = row_of(c0 + t0.min(len - 1));
+        let at_c0 = row_of(c0);
+        let stride = 2 * 2 * token_elems as u64;
         for j in 0..8u32 {
             let rho = tid / 16 + 8 * j;
-            let (t, r) = (rho / 4, rho % 4);
-            let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
-            let elem = (work.b * work.s_len + src_t as usize) * token_elems
-                + (r as usize * work.groups + work.g) * N as usize
-                + 8 * piece as usize;
+            let (off, size) = if t0 + 2 * j < len {
+                (first + stride * j as u64, 16)
+            } else {
+                (at_c0, 0)
+            };
             let dst = buf + rho * 256 + 16 * L::raw_piece(rho, piece);
-            cp_async_cg_16_zfill(dst, (prm.q + 2 * elem as u64) as *const u8, size);
-            cp_async_cg_16_zfill(dst + L::RAW_K, (prm.k + 2 * elem as u64) as *const u8, size);
+            cp_async_cg_16_zfill(dst, (prm.q + off) as *const u8, size);
+            cp_async_cg_16_zfill(dst + L::RAW_K, (prm.k + off) as *const u8, size);
         }
         let (t, piece) = (tid / 8, tid % 8);
         let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
@@ -310,13 +330,16 @@ unsafe fn load_chunk_inputs(
             a.dt = ldg(prm.dt, row + t);
             a.trap = Bf16::load_raw(prm.trap, row + t);
         }
+        // The thread's four times are consecutive tokens: one address, then a token's stride
+        // (the 64-bit index arithmetic formed once, not under each load's condition).
         let angle = (8 * w + lane % 8) as usize;
+        let t0 = 4 * (lane / 8);
+        let bth0 = (work.b * work.s_len + (c0 + t0) as usize) * work.heads + work.h0 + u as usize;
+        let first = prm.angles + 4 * (bth0 * NA as usize + angle) as u64;
+        let stride = 4 * (work.heads * NA as usize) as u64;
         for (i, l) in a.logits.iter_mut().enumerate() {
-            let t = 4 * (lane / 8) + i as u32;
-            if t < len {
-                let bth =
-                    (work.b * work.s_len + (c0 + t) as usize) * work.heads + work.h0 + u as usize;
-                *l = ldg(prm.angles, bth * NA as usize + angle);
+            if t0 + (i as u32) < len {
+                *l = ldg(first + stride * i as u64, 0);
             }
         }
     }
@@ -1012,14 +1035,17 @@ unsafe fn load_z(
         return z;
     }
     let (c0, len) = work.chunk(k);
+    // Time q's address, then four tokens' stride (the 64-bit index arithmetic formed once).
+    let at =
+        ((work.b * work.s_len + (c0 + q) as usize) * work.heads + h) * P as usize + p0 as usize;
+    let first = prm.z + 2 * at as u64;
+    let stride = 2 * (4 * work.heads * P as usize) as u64;
     // SAFETY: tokens < len of the chunk, inside the (B,S,H,P) z of the launch contract.
     unsafe {
         for (kk, zw) in z.iter_mut().enumerate() {
-            let t = 4 * kk as u32 + q;
-            if t < len {
-                let at = ((work.b * work.s_len + (c0 + t) as usize) * work.heads + h) * P as usize
-                    + p0 as usize;
-                *zw = [Bf16::load_raw(prm.z, at), Bf16::load_raw(prm.z, at + 8)];
+            if 4 * kk as u32 + q < len {
+                let row = first + stride * kk as u64;
+                *zw = [Bf16::load_raw(row, 0), Bf16::load_raw(row, 8)];
             }
         }
     }
