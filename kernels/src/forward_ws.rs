@@ -249,28 +249,26 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
     let piece = tid % 16;
     let token_elems = R as usize * work.groups * N as usize;
     // SAFETY (whole body): sources are 16-byte pieces of tokens < S of the 16-byte aligned
-    // tensors of the launch contract (time c0's for zero-filled rows, never read); destinations
-    // inside the staging buffer.
+    // tensors of the launch contract (a token of the chunk for zero-filled rows, never read);
+    // destinations inside the staging buffer.
     unsafe {
         // Row ρ = tid/16 + 8j is time tid/64 + 2j of rank (tid/16) mod 4: one source offset for
-        // j = 0, then two tokens' stride (the 64-bit index arithmetic formed once); rows past
-        // the chunk read nothing, from time c0's row.
+        // j = 0, then two tokens' stride (the 64-bit index arithmetic formed once). Rows past the
+        // chunk read nothing, from that first row (a token of the chunk even when time tid/64 is
+        // past it).
         let r = (tid / 16) % 4;
         let t0 = tid / 64;
-        let row_of = |t: u32| {
-            2 * ((work.b * work.s_len + t as usize) * token_elems
+        let first = 2
+            * ((work.b * work.s_len + (c0 + t0.min(len - 1)) as usize) * token_elems
                 + (r as usize * work.groups + work.g) * N as usize
-                + 8 * piece as usize) as u64
-        };
-        let first = row_of(c0 + t0.min(len - 1));
-        let at_c0 = row_of(c0);
+                + 8 * piece as usize) as u64;
         let stride = 2 * 2 * token_elems as u64;
         for j in 0..8u32 {
             let rho = tid / 16 + 8 * j;
             let (off, size) = if t0 + 2 * j < len {
                 (first + stride * j as u64, 16)
             } else {
-                (at_c0, 0)
+                (first, 0)
             };
             let dst = buf + rho * 256 + 16 * L::raw_piece(rho, piece);
             cp_async_cg_16_zfill(dst, (prm.q + off) as *const u8, size);
