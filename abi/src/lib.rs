@@ -906,22 +906,20 @@ pub mod forward_ws_smem {
     pub const OUT: u32 = S;
     /// Row stride of the output rows (64 bf16 and 16 bytes of padding).
     pub const OUT_STRIDE: u32 = 144;
-    /// `(cos θ, sin θ)` of angles `2m`, `2m + 1` as 16 bytes at `CS + (2u + parity)·16·CS_STRIDE +
-    /// t·CS_STRIDE + 16m`, per unit and chunk parity: written by the consumer two chunks ahead,
-    /// read by the producer as it rotates q and k.
+    /// `(cos θ, sin θ)` of angle `a` as 8 bytes at `CS + (2u + parity)·16·CS_STRIDE +
+    /// t·CS_STRIDE +` [`cs_offset`]`(a)`, per unit and chunk parity: written by the consumer two
+    /// chunks ahead, read by the producer as it rotates q and k.
     pub const CS: u32 = EXPA + 4 * 128;
     /// Row stride of the cos/sin table (16 pairs of angles and 16 bytes of padding).
     pub const CS_STRIDE: u32 = 272;
     /// The key scales `exp(Ā_i)·c_i` `(16)` f32 per unit and chunk parity, at `KSCALE + (2u +
     /// parity)·64` (read by the consumer as it forms x_w).
     pub const KSCALE: u32 = CS + 4 * 16 * CS_STRIDE;
-    /// The f32 biases of one producer thread's columns, per unit, rank, tensor (q, k) and word
-    /// `m < 16`: columns `2m`, `2m + 1`, `64 + 2m`, `65 + 2m` (rotated together), then `32 + 2m`,
-    /// `33 + 2m`, `96 + 2m`, `97 + 2m` (biased only), 32 bytes at `BIAS + ((4u + r)·2 +
-    /// tensor)·512 + 32m` (producer only).
+    /// The f32 biases per unit, rank and tensor (q, k), 512 bytes at `BIAS + ((4u + r)·2 +
+    /// tensor)·512`: the four columns from [`bias_column`]`(i)` at `+16i` (producer only).
     pub const BIAS: u32 = KSCALE + 4 * 64;
-    /// mimo_z and mimo_o of each consumer's output columns, per unit `u` at `MIMO_ZO +
-    /// 2048u`: for column `p` (< 64) the 8 f32 `mimo_z[r][p]` (r < 4) then `mimo_o[r][p]`, 32
+    /// mimo_z (halved) and mimo_o of each consumer's output columns, per unit `u` at `MIMO_ZO +
+    /// 2048u`: for column `p` (< 64) the 8 f32 `mimo_z[r][p]/2` (r < 4) then `mimo_o[r][p]`, 32
     /// bytes at `32p` (the consumer's own: it reads them where it applies them).
     pub const MIMO_ZO: u32 = BIAS + 2 * 4 * 2 * 512;
     /// mimo_v of each consumer's x columns, per unit `u` at `MIMO_V + 1024u`: for the column
@@ -944,6 +942,26 @@ pub mod forward_ws_smem {
     /// 32 distinct banks.
     pub const fn raw_piece(row: u32, piece: u32) -> u32 {
         piece ^ (2 * ((row / 4) % 4) + row % 2)
+    }
+
+    /// Byte offset of angle `a`'s `(cos, sin)` pair (`a < 32`) within a row of the cos/sin
+    /// table: the producer thread of piece `p = a / 8` reads angles `8p..8p + 8` of a time as
+    /// four 16-byte units `i = (a mod 8) / 2`, unit `(p, i)` at `16·(p mod 2 + 2·(i mod 2) +
+    /// 4·(p / 2) + 8·(i / 2))`, so that the eight producer threads of one shared-memory phase
+    /// (the four pieces at two times two apart, whose rows lie 34 units, 2 mod 8, apart) read
+    /// eight distinct 16-byte bank groups.
+    pub const fn cs_offset(a: u32) -> u32 {
+        let (p, i) = (a / 8, (a % 8) / 2);
+        16 * (p % 2 + 2 * (i % 2) + 4 * (p / 2) + 8 * (i / 2)) + 8 * (a % 2)
+    }
+
+    /// The first of the four columns whose biases lie at 16-byte unit `i` (< 32) of a
+    /// [`BIAS`] entry: unit `i = 8g + 4h + p` holds columns `[0, 64, 32, 96][g] + 8p + 4h ..
+    /// + 4` (`g < 2`: the rotated pairs `(c, 64 + c)`; `g ≥ 2`: biased only), so that the four
+    /// pieces `p` a shared-memory phase reads fall on distinct bank groups.
+    pub const fn bias_column(i: u32) -> u32 {
+        let (g, h, p) = (i / 8, (i / 4) % 2, i % 4);
+        64 * (g % 2) + 32 * (g / 2) + 8 * p + 4 * h
     }
 
     /// The row of the operand tiles that holds rank `r` of chunk time `t`: `16·(t/4) + 8·(r/2) +

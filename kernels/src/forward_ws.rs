@@ -68,14 +68,15 @@ use crate::arch::barrier::{bar_arrive, bar_sync, setmaxnreg_dec, setmaxnreg_inc}
 use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
 use crate::arch::float::{pack_bf16x2, sincos_approx};
 use crate::arch::global::{ld_global_v2_f32, st_global_v2_f32, st_global_v4_f32};
+use crate::arch::ldmatrix::stmatrix_x4;
 use crate::arch::sreg::{
     block_and_thread_fresh, block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32,
     ld_shared_v4_f32, shfl_idx_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
-    st_shared_v2_f32, thread_x,
+    st_shared_v2_f32, st_shared_v4_f32, thread_x,
 };
 use crate::arch::wgmma;
 use crate::elem::{ldg, stg, Bf16, Elem};
-use crate::math::{exp, mul_silu_tanh_approx};
+use crate::math::{exp, mul_silu_half_tanh_approx};
 
 /// A bf16 element as loaded (its bits), converted where it is used.
 type Bf16Bits = <Bf16 as Elem>::Raw;
@@ -403,7 +404,7 @@ unsafe fn chunk_tables(
         }
         total += tj;
     }
-    let cs = base + L::CS + bank * 16 * L::CS_STRIDE + 8 * angle;
+    let cs = base + L::CS + bank * 16 * L::CS_STRIDE + L::cs_offset(angle);
     // SAFETY (whole body): indices inside the WT, EXPA, KSCALE and CS regions.
     unsafe {
         for jj in 0..2u32 {
@@ -442,29 +443,17 @@ unsafe fn chunk_tables(
 #[inline(always)]
 unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
     let base = layout_base();
-    let (pw, lane) = (tid / 32, tid % 32);
     let chunks = work.chunks();
-    // The rotation's thread map: angle word m (columns 2m, 2m+1 and their partners 64 + 2m,
-    // 65 + 2m; biased-only columns 32 + 2m, 96 + 2m), times a + 4j, ranks b and b + 2.
-    let m = 4 * pw + lane / 8;
-    let (a, b) = ((lane % 8) / 2, lane % 2);
-    let sw = 2 * a + b;
     // SAFETY (whole body): the launch contract; shared addresses inside the layout.
     unsafe {
-        // Per-unit tables: the biases of each thread's columns.
-        for e in [tid, tid + 128] {
-            // (unit, rank, tensor, word m): 2·4·2·16 = 256 entries of 8 f32.
-            let (u, r, x, mm) = (e / 128, (e / 32) % 4, (e / 16) % 2, e % 16);
+        // Per-unit tables: the biases, four columns per 16-byte unit (`L::bias_column`).
+        for e in [0u32, 128, 256, 384].map(|o| tid + o) {
+            let (u, r, x, i) = (e / 256, (e / 64) % 4, (e / 32) % 2, e % 32);
             let src = if x == 0 { prm.q_bias } else { prm.k_bias };
-            let hr = ((work.h0 + u as usize) * R as usize + r as usize) * N as usize;
-            let at = base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 32 * mm;
-            for (i, c0) in [2 * mm, 64 + 2 * mm, 32 + 2 * mm, 96 + 2 * mm]
-                .iter()
-                .enumerate()
-            {
-                let pair = [0, 1].map(|e| ldg(src, hr + *c0 as usize + e));
-                st_shared_v2_f32(at + 8 * i as u32, pair);
-            }
+            let col = ((work.h0 + u as usize) * R as usize + r as usize) * N as usize
+                + L::bias_column(i) as usize;
+            let v = [0, 1, 2, 3].map(|c| ldg(src, col + c));
+            st_shared_v4_f32(base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 16 * i, v);
         }
         if chunks > 0 {
             stage_chunk(prm, work, base, 0, tid);
@@ -487,7 +476,7 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 } else {
                     bar_sync::<{ EMPTY + 1 }, 256>();
                 }
-                fill_unit(base, u, k, (m, a, b, sw));
+                fill_unit(base, u, k, tid);
                 wgmma::fence_proxy_async_shared();
                 if u == 0 {
                     bar_arrive::<FULL, 256>();
@@ -530,81 +519,73 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
     }
 }
 
-/// Times of one rank whose shared-memory reads a producer thread issues together, before any of
-/// their writes: the reads and writes are `asm!` statements that neither LLVM nor ptxas moves
-/// past each other, so loads issued between stores would each wait out their own latency.
-const FILL_TIMES: usize = 2;
-
-/// Writes unit `u`'s q̂ and k̂ tiles of chunk `k` (staged rows in buffer `k mod 2`): the thread's
-/// rows (times `a + 4j`, ranks `b`, `b + 2`), the word pairs of angle word `m`.
+/// Writes unit `u`'s q̂ and k̂ tiles of chunk `k` (staged rows in buffer `k mod 2`). Producer
+/// thread `tid` owns rank `tid / 32`, tensor `(tid / 16) mod 2` (q, k) and piece `p = tid mod 4`
+/// of its rows at times `t₀ + 4j`, `t₀ = (tid / 8) mod 2 + 2·((tid / 4) mod 2)`: the 16-byte
+/// pieces of columns `8p..8p + 8` rotated with their partners `64 + 8p..`, and the biased-only
+/// pieces `32 + 8p..`, `96 + 8p..`. Each access is 16 bytes; the eight threads of a
+/// shared-memory phase (four pieces, times two apart) hit distinct bank groups in the staged
+/// rows, the tiles, the cos/sin table and the biases.
 #[inline(always)]
-unsafe fn fill_unit(base: u32, u: u32, k: u32, (m, a, b, sw): (u32, u32, u32, u32)) {
+unsafe fn fill_unit(base: u32, u: u32, k: u32, tid: u32) {
     // Every address below is formed here at each call from fresh copies of the thread's
-    // constants: hoisted out of the chunk loop, the hundred-odd row addresses of both units
-    // would be held across it (and spilled).
-    let (base, m, a, b, sw) = (
-        fresh_u32(base),
-        fresh_u32(m),
-        fresh_u32(a),
-        fresh_u32(b),
-        fresh_u32(sw),
-    );
-    let buf = base + L::RAW + (k & 1) * L::RAW_BYTES;
-    let cs_rows = base + L::CS + (2 * u + (k & 1)) * 16 * L::CS_STRIDE + 16 * m;
-    // Offsets within a row: raw words m, 16 + m, 32 + m, 48 + m (pieces swizzled by `sw`), the
-    // tiles' words of columns 2m (and + 64), 32 + 2m (and + 96).
-    let lo_piece = 16 * ((m / 4) ^ sw) + 4 * (m % 4);
-    let hi_piece = 16 * ((4 + m / 4) ^ sw) + 4 * (m % 4);
-    let raw_at = [lo_piece, hi_piece, 128 + lo_piece, 128 + hi_piece];
-    let tiles = base + u * L::UNIT_BYTES;
+    // constants: hoisted out of the chunk loop, the row addresses of both units would be held
+    // across it (and spilled).
+    let (base, tid) = (fresh_u32(base), fresh_u32(tid));
+    let (r, x, p) = (tid / 32, (tid / 16) % 2, tid % 4);
+    let t0 = (tid / 8) % 2 + 2 * ((tid / 4) % 2);
+    // The rows' swizzle (the staged rows' `raw_piece` and the tiles' 128-byte swizzle agree):
+    // `2·(t mod 4) + r mod 2`, the same at each of the thread's times.
+    let sw = 2 * t0 + r % 2;
+    let (lo, mid) = (16 * (p ^ sw), 16 * ((4 + p) ^ sw));
+    let raw = base + L::RAW + (k & 1) * L::RAW_BYTES + x * L::RAW_K + (4 * t0 + r) * 256;
+    let tile = base + u * L::UNIT_BYTES + x * L::K + L::tile_row(t0, r) * 128;
+    let cs = base
+        + L::CS
+        + (2 * u + (k & 1)) * 16 * L::CS_STRIDE
+        + t0 * L::CS_STRIDE
+        + L::cs_offset(8 * p);
+    let cs_units = [0, 2, 4, 6].map(|a| L::cs_offset(8 * p + a) - L::cs_offset(8 * p));
     // SAFETY (whole body): indices inside the layout's regions.
     unsafe {
-        // Rank by rank: its f32 biases (q and k) held for its rows. The biases are added in f32
-        // and each element rounded once, as the rotation's output: rounding the biases to bf16
-        // first would add the same error to every token of the head, which the state then
+        // The f32 biases of the thread's 32 columns, held for its four times. They are added in
+        // f32 and each element rounded once, as the rotation's output: rounding the biases to
+        // bf16 first would add the same error to every token of the head, which the state then
         // accumulates.
-        for rr in 0..2u32 {
-            let r = b + 2 * rr;
-            for j0 in (0..4u32).step_by(FILL_TIMES) {
-                let bias = [0u32, 1].map(|x| {
-                    let at = base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 32 * m;
-                    let [b0, b1, b2, b3] = ld_shared_v4_f32(at);
-                    let [b4, b5, b6, b7] = ld_shared_v4_f32(at + 16);
-                    [b0, b1, b2, b3, b4, b5, b6, b7]
-                });
-                // The times' cos/sin words and raw q and k words (`m`, `16 + m`, `32 + m`,
-                // `48 + m`), all read before the first write.
-                let mut cs = [[0.0f32; 4]; FILL_TIMES];
-                let mut raw = [[[0u32; 4]; 2]; FILL_TIMES];
-                for jj in 0..FILL_TIMES {
-                    let t = a + 4 * (j0 + jj as u32);
-                    cs[jj] = ld_shared_v4_f32(cs_rows + t * L::CS_STRIDE);
-                    for (x, words) in raw[jj].iter_mut().enumerate() {
-                        let row = buf + x as u32 * L::RAW_K + (4 * t + r) * 256;
-                        *words = raw_at.map(|o| ld_shared_u32(row + o));
-                    }
+        let bias_at = base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 16 * p;
+        let bias = [0u32, 1, 2, 3].map(|g| {
+            let [b0, b1, b2, b3] = ld_shared_v4_f32(bias_at + 128 * g);
+            let [b4, b5, b6, b7] = ld_shared_v4_f32(bias_at + 128 * g + 64);
+            [b0, b1, b2, b3, b4, b5, b6, b7]
+        });
+        for j in 0..4u32 {
+            // Time t₀ + 4j: staged rows 16j further on, tile rows 16j, table rows 4j. Every
+            // read of the time before its first write (the `asm!` reads and writes keep their
+            // order).
+            let row = raw + 4096 * j;
+            let words = [lo, mid, 128 + lo, 128 + mid].map(|o| ld_shared_v4_f32(row + o));
+            let cs_row = cs + 4 * j * L::CS_STRIDE;
+            let cs_j = cs_units.map(|o| ld_shared_v4_f32(cs_row + o));
+            let mut out = [[0.0f32; 4]; 4];
+            for e in 0..4usize {
+                // Word e of each piece: columns 2e, 2e + 1 of the piece; angles 8p + 2e, + 1.
+                let [c0, s0, c1, s1] = cs_j[e];
+                let (a0, a1) = crate::chunked_forward_mma::unpack(words[0][e].to_bits());
+                let (b0, b1) = crate::chunked_forward_mma::unpack(words[2][e].to_bits());
+                let (ra0, rb0) = rotate_pair(a0 + bias[0][2 * e], b0 + bias[1][2 * e], c0, s0);
+                let (ra1, rb1) =
+                    rotate_pair(a1 + bias[0][2 * e + 1], b1 + bias[1][2 * e + 1], c1, s1);
+                out[0][e] = f32::from_bits(pack_bf16x2(ra0, ra1));
+                out[2][e] = f32::from_bits(pack_bf16x2(rb0, rb1));
+                for (o, g) in [(1usize, 2usize), (3, 3)] {
+                    let (v0, v1) = crate::chunked_forward_mma::unpack(words[o][e].to_bits());
+                    out[o][e] =
+                        f32::from_bits(pack_bf16x2(v0 + bias[g][2 * e], v1 + bias[g][2 * e + 1]));
                 }
-                for jj in 0..FILL_TIMES {
-                    let t = a + 4 * (j0 + jj as u32);
-                    let [c0, s0, c1, s1] = cs[jj];
-                    let row = L::tile_row(t, r) * 128;
-                    for (x, bq) in bias.iter().enumerate() {
-                        let w = raw[jj][x];
-                        // Rotated pair: words m (columns 2m, 2m+1) and 32 + m (64 + 2m, 65 + 2m).
-                        let (u0, u1) = crate::chunked_forward_mma::unpack(w[0]);
-                        let (w0, w1) = crate::chunked_forward_mma::unpack(w[2]);
-                        let (u0, w0) = rotate_pair(u0 + bq[0], w0 + bq[2], c0, s0);
-                        let (u1, w1) = rotate_pair(u1 + bq[1], w1 + bq[3], c1, s1);
-                        let tile = tiles + if x == 0 { L::Q } else { L::K } + row;
-                        st_shared_u32(tile + lo_piece, pack_bf16x2(u0, u1));
-                        st_shared_u32(tile + 8192 + lo_piece, pack_bf16x2(w0, w1));
-                        // Biased-only pair: words 16 + m and 48 + m.
-                        let (p0, p1) = crate::chunked_forward_mma::unpack(w[1]);
-                        let (p2, p3) = crate::chunked_forward_mma::unpack(w[3]);
-                        st_shared_u32(tile + hi_piece, pack_bf16x2(p0 + bq[4], p1 + bq[5]));
-                        st_shared_u32(tile + 8192 + hi_piece, pack_bf16x2(p2 + bq[6], p3 + bq[7]));
-                    }
-                }
+            }
+            let at = tile + 2048 * j;
+            for (o, piece) in [lo, mid, 8192 + lo, 8192 + mid].iter().enumerate() {
+                st_shared_v4_f32(at + piece, out[o]);
             }
         }
     }
@@ -627,14 +608,19 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
     // SAFETY (whole body): the launch contract; shared addresses inside the layout.
     unsafe {
         let d = if prm.d != 0 { ldg(prm.d, h) } else { 0.0 };
-        // mimo_z, mimo_o of column ct / 2 (lanes ct, ct + 1: ranks 0–1 and 2–3), into the
-        // consumer's own table (read after the first chunk's barriers).
+        // mimo_z (halved: the gate takes half its argument) and mimo_o of column ct / 2 (lanes
+        // ct, ct + 1: ranks 0–1 and 2–3), into the consumer's own table (read after the first
+        // chunk's barriers).
         let zo = base + L::MIMO_ZO + 2048 * u;
         {
             let (p, r0) = (ct / 2, 2 * (ct % 2));
             for r in r0..r0 + 2 {
                 let at = (h * R as usize + r as usize) * P as usize + p as usize;
-                let mzv = if has_z { ldg(prm.mimo_z, at) } else { 0.0 };
+                let mzv = if has_z {
+                    0.5 * ldg(prm.mimo_z, at)
+                } else {
+                    0.0
+                };
                 st_shared_f32(zo + 32 * p + 4 * r, mzv);
                 st_shared_f32(zo + 32 * p + 16 + 4 * r, ldg(prm.mimo_o, at));
             }
@@ -653,7 +639,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             }
         }
         // mimo_v of the thread's x columns 2·lane, 2·lane + 1 (every rank) into the consumer's
-        // own table, and the raw v words of its x rows, one chunk ahead.
+        // own table.
         {
             let at = (h * R as usize + (ct / 32) as usize) * P as usize + 2 * lane as usize;
             let mv = [ldg(prm.mimo_v, at), ldg(prm.mimo_v, at + 1)];
@@ -725,24 +711,32 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                 ct,
             );
             wgmma::wait_m64n64::<0>(&mut s);
-            // Weighted scores (time weights; D on the diagonal) as bf16 into the S tile, at
-            // addresses formed from a fresh read of the thread index: ptxas otherwise hoists
-            // the sixteen of them out of the chunk loop and holds them across it.
-            let (w, g, q, tiles) = {
+            // Weighted scores (time weights; D on the diagonal) as bf16 into the S tile, four 8×8
+            // tiles per `stmatrix`: store i takes n-tiles 2i, 2i + 1, row halves 0 and 1 (tile
+            // m = 2·(n-tile − 2i) + half), lane l giving row l mod 8 of tile l/8. Addresses from
+            // a fresh read of the thread index: ptxas otherwise hoists them out of the chunk
+            // loop and holds them across it.
+            let (w, lane, tiles) = {
                 let tx = block_and_thread_fresh().2;
-                let (ct, lane) = (tx % 128, tx % 32);
                 (
-                    ct / 32,
-                    lane / 4,
-                    lane % 4,
+                    (tx % 128) / 32,
+                    tx % 32,
                     layout_base() + (tx / 128 - 1) * L::UNIT_BYTES,
                 )
             };
+            let (g, q) = (lane / 4, lane % 4);
             let diag = g / 2 == q;
-            for (jj, sj) in s.iter().enumerate() {
-                let wv = weights[jj / 2];
-                for hh in 0..2usize {
-                    let on_diag = diag && jj as u32 == 2 * w + hh as u32;
+            // Store i's piece `(2i + lane/16) ^ (lane mod 8)` is `2i ^ x` with `x = lane/16 ^
+            // lane mod 8` (2i has bit 0 clear): the row address with piece x, bits 5–6 flipped
+            // (the rows are 128-byte aligned).
+            let row = 16 * w + 8 * ((lane / 8) % 2) + lane % 8;
+            let row_at = tiles + L::S + 128 * row + 16 * ((lane / 16) ^ (lane % 8));
+            for i in 0..4u32 {
+                let wv = weights[i as usize];
+                let words = [0u32, 1, 2, 3].map(|m| {
+                    let (jj, hh) = (2 * i + m / 2, (m % 2) as usize);
+                    let sj = &s[jj as usize];
+                    let on_diag = diag && jj == 2 * w + hh as u32;
                     let (d0, d1) = if on_diag {
                         if g % 2 == 0 {
                             (d, 0.0)
@@ -752,15 +746,9 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                     } else {
                         (0.0, 0.0)
                     };
-                    let row = 16 * w + 8 * hh as u32 + g;
-                    let at = tiles
-                        + L::S
-                        + mamba3_abi::swizzle128_offset(64, row, 8 * jj as u32 + 2 * q);
-                    st_shared_u32(
-                        at,
-                        pack_bf16x2(sj[2 * hh] * wv + d0, sj[2 * hh + 1] * wv + d1),
-                    );
-                }
+                    pack_bf16x2(sj[2 * hh] * wv + d0, sj[2 * hh + 1] * wv + d1)
+                });
+                stmatrix_x4(row_at ^ (32 * i), words);
             }
             // The state before this chunk as the inter-chunk product's A operand (bf16), then
             // decayed for the state pass; the inter-chunk product, then (once every thread's x,
@@ -866,7 +854,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                             let r = 2 * jr + e;
                             let yv = y[2 * kk + jr][2 * hh + e];
                             let gated = if has_z {
-                                mul_silu_tanh_approx(yv, zv * mz[r])
+                                mul_silu_half_tanh_approx(yv, zv * mz[r])
                             } else {
                                 yv
                             };

@@ -78,7 +78,14 @@ pub fn silu_rcp(x: f32) -> f32 {
 /// gates of bf16 outputs, whose own rounding is 2^-9 relative; float32 outputs keep [`silu_rcp`].
 #[inline(always)]
 pub fn mul_silu_tanh_approx(y: f32, x: f32) -> f32 {
-    let h = 0.5 * x;
+    mul_silu_half_tanh_approx(y, 0.5 * x)
+}
+
+/// [`mul_silu_tanh_approx`] of `y` and `x = 2h`, from the halved argument `h`: where `x` is a
+/// product with a per-column weight, the halving goes into the weight once (exact in binary)
+/// instead of costing a multiply per element.
+#[inline(always)]
+pub fn mul_silu_half_tanh_approx(y: f32, h: f32) -> f32 {
     let a = y * h;
     a + a * crate::arch::float::tanh_approx(h)
 }

@@ -477,6 +477,18 @@ pub mod arch {
             })
         }
 
+        /// Emulated `stmatrix` (`.x4`): lane `l`'s register m goes to row `l/4` of matrix m,
+        /// at the row address lane `8m + l/4` posted, word `l % 4` (checked shared writes).
+        pub unsafe fn stmatrix_x4(row_addr: u32, v: [u32; 4]) {
+            with_row_addresses(row_addr, |lane, row_of| {
+                for (m, word) in v.iter().enumerate() {
+                    let row = row_of(8 * m + (lane / 4) as usize);
+                    super::super::smem_write(row + 4 * (lane % 4), *word);
+                }
+                [0; 4]
+            });
+        }
+
         /// As [`ldmatrix_x4`] with every matrix transposed: lane `l` gets, in register m, rows
         /// `2·(l%4)` (low half) and `2·(l%4)+1` (high half) of column `l/4` of matrix m.
         pub unsafe fn ldmatrix_x4_trans(row_addr: u32) -> [u32; 4] {

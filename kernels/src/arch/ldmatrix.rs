@@ -48,3 +48,26 @@ pub unsafe fn ldmatrix_x4_trans(row_addr: u32) -> [u32; 4] {
     }
     r
 }
+
+/// `stmatrix.sync.aligned.m8n8.x4.shared.b16` (PTX ISA §9.7.13.4.16; PTX 7.8, sm_90): the store
+/// twin of [`ldmatrix_x4`]: lane `l`'s register j goes to row `l/4`, columns `2·(l%4)` (low
+/// half) and `2·(l%4)+1` (high half) of matrix j, whose row `i` lies at the address that lane
+/// `8·j + i` gives; one instruction for the four words a thread of an `mma` accumulator holds
+/// per four 8×8 tiles. Emitted behind `mamba3_abi::SM90A_INSTRUCTION_MARKER`, as the `wgmma`
+/// instructions are (`crate::arch::wgmma`): a kernel that uses it runs only on compute
+/// capability 9.0.
+///
+/// # Safety
+/// As for [`ldmatrix_x4`]: every lane's 16-byte aligned row address inside the block's shared
+/// memory; all 32 lanes call together.
+#[inline(always)]
+pub unsafe fn stmatrix_x4(row_addr: u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees valid, aligned shared addresses on every lane.
+    unsafe {
+        asm!(
+            "// mamba3-sm90a: stmatrix.sync.aligned.m8n8.x4.shared.b16 [{a}], {{{r0}, {r1}, {r2}, {r3}}};",
+            a = in(reg32) row_addr, r0 = in(reg32) v[0], r1 = in(reg32) v[1], r2 = in(reg32) v[2],
+            r3 = in(reg32) v[3], options(nostack)
+        );
+    }
+}
