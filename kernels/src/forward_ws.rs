@@ -45,10 +45,10 @@
 //! 20–38% faster than the tensor-core forward's `wgmma` twin (H=64 B=8 S=2048: 1067–1069 against
 //! ~1720 µs), bound by the consumers (their epilogue is two thirds of their time) and close to
 //! issue-bound (an IPC of 2.35 of 4): instruction count is what moves it, hence the load addresses
-//! formed once per row and stepped by a token stride, the 16-byte fill and `stmatrix`. The host runs it by default on compute
-//! capability 9.0 (`Gpu::set_warp_specialized_kernels`), a training forward through the `_ckpt_`
-//! instantiation, so that both give the same outputs bit for bit; see `notes/forward-fma.md`,
-//! v16–v19.
+//! formed once per row and stepped by a token stride, the 16-byte fill and `stmatrix`. The host
+//! runs it by default on compute capability 9.0 (`Gpu::set_warp_specialized_kernels`), a training
+//! forward through the `_ckpt_` instantiation, so that both give the same outputs bit for bit; see
+//! `notes/forward-fma.md`, v16–v19.
 //!
 //! # Launch contract
 //! Grid `(H/2, B·K)` (K segments, [`ForwardParams::segments`]), block
