@@ -1,5 +1,6 @@
-//! Project tasks: `cargo xtask stage` (one folder holding the GPU suite and the benchmarks) and
-//! `cargo xtask bench` (the benchmarks on this machine's GPU).
+//! Project tasks: `cargo xtask stage` (one folder holding the GPU suite and the benchmarks),
+//! `cargo xtask bench` (the benchmarks on this machine's GPU) and `cargo xtask variants` (one
+//! benchmark binary per patched variant of the committed tree, for a same-session A/B on a GPU).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -12,7 +13,13 @@ tasks:
                      binary in release mode and copy them, with run.sh, into DIR (default: stage/).
                      On a GPU machine given only that folder: bash DIR/run.sh [--bench [FILTER]]
   bench [FILTER...]  run the benchmarks (benches/kernels.rs) on this machine's GPU; without a GPU
-                     it says so in one line and exits 0";
+                     it says so in one line and exits 0
+  variants NAME=[PATCH[+PATCH...]]...
+                     build the benchmark binary of each variant (the committed tree, HEAD, with
+                     the variant's patch files applied in order; NAME= alone is HEAD itself) in a
+                     temporary git worktree, and pack them with ab.sh into variants/. On a GPU
+                     machine: [ENV=...] bash variants/ab.sh BENCH_ARGS... runs each variant's
+                     benchmark in turn, the first again at the end";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -23,6 +30,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|| workspace_root().join("stage")),
         ),
         Some("bench") => bench(&args[1..]),
+        Some("variants") => variants(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -67,8 +75,16 @@ fn bench(filters: &[String]) -> Result<(), String> {
 
 /// Executables that `cargo <args> --no-run --message-format=json` builds, as (target name, path).
 fn built_executables(args: &[&str]) -> Result<Vec<(String, PathBuf)>, String> {
+    built_executables_with(cargo(), args)
+}
+
+/// [`built_executables`] through `cmd` (a `cargo` command with its directory and environment).
+fn built_executables_with(
+    mut cmd: Command,
+    args: &[&str],
+) -> Result<Vec<(String, PathBuf)>, String> {
     println!("building: cargo {}", args.join(" "));
-    let out = cargo()
+    let out = cmd
         .args(args)
         .args(["--no-run", "--message-format=json-render-diagnostics"])
         .stderr(std::process::Stdio::inherit())
@@ -154,6 +170,148 @@ fn pack_binaries(dir: &Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// One A/B variant: its name and the patch files applied to HEAD, in order.
+struct Variant {
+    name: String,
+    patches: Vec<PathBuf>,
+}
+
+/// Parses `NAME=[PATCH[+PATCH...]]` (patch paths relative to the current directory).
+fn parse_variant(spec: &str) -> Result<Variant, String> {
+    let (name, patches) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("variant `{spec}`: expected NAME=[PATCH[+PATCH...]]"))?;
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(format!(
+            "variant name `{name}`: letters, digits, '-' and '_' only (it names a folder)"
+        ));
+    }
+    let patches = patches
+        .split('+')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            std::fs::canonicalize(p).map_err(|e| format!("variant `{name}`: patch `{p}`: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Variant {
+        name: name.to_string(),
+        patches,
+    })
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
+    let status = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .status()
+        .map_err(|e| format!("running git: {e}"))?;
+    status
+        .success()
+        .then_some(())
+        .ok_or_else(|| format!("git {} failed ({status})", args.join(" ")))
+}
+
+/// Builds each variant's benchmark binary (see the usage text) into `variants/`.
+fn variants(specs: &[String]) -> Result<(), String> {
+    if specs.is_empty() {
+        return Err(format!("variants: name at least one variant\n{USAGE}"));
+    }
+    let list = specs
+        .iter()
+        .map(|s| parse_variant(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let root = workspace_root();
+    let out = root.join("variants");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).map_err(|e| format!("clearing {}: {e}", out.display()))?;
+    }
+    let tree = root.join("target").join("variant-worktree");
+    // One target folder for every variant: only the kernels and what embeds them rebuild.
+    let target = root.join("target").join("variants-build");
+    for (i, v) in list.iter().enumerate() {
+        println!("variant {}/{}: {}", i + 1, list.len(), v.name);
+        if tree.exists() {
+            git(
+                &root,
+                &["worktree", "remove", "--force", &tree.to_string_lossy()],
+            )?;
+        }
+        git(
+            &root,
+            &[
+                "worktree",
+                "add",
+                "--detach",
+                &tree.to_string_lossy(),
+                "HEAD",
+            ],
+        )?;
+        for patch in &v.patches {
+            git(&tree, &["apply", &patch.to_string_lossy()])?;
+        }
+        let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cmd.current_dir(&tree).env("CARGO_TARGET_DIR", &target);
+        let built = built_executables_with(cmd, &["bench", "-p", "mamba3", "--bench", "kernels"])?;
+        let (_, exe) = built.first().ok_or("the benchmark binary was not built")?;
+        copy_into(&out.join(&v.name), "kernels", exe)?;
+    }
+    git(
+        &root,
+        &["worktree", "remove", "--force", &tree.to_string_lossy()],
+    )?;
+    let names: Vec<&str> = list.iter().map(|v| v.name.as_str()).collect();
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(out.join(BINARIES_ARCHIVE))
+        .arg("-C")
+        .arg(&out)
+        .args(&names)
+        .status()
+        .map_err(|e| format!("running tar: {e}"))?;
+    if !status.success() {
+        return Err(format!("tar failed ({status})"));
+    }
+    for name in &names {
+        let path = out.join(name);
+        std::fs::remove_dir_all(&path).map_err(|e| format!("removing {}: {e}", path.display()))?;
+    }
+    let mut order = names.clone();
+    order.push(names[0]);
+    let script = AB_SH.replace("@ORDER@", &order.join(" "));
+    std::fs::write(out.join("ab.sh"), script).map_err(|e| format!("writing ab.sh: {e}"))?;
+    println!(
+        "packed {} variants into {} ({:.1} MiB); on a GPU machine (carry variants/): \
+         [MAMBA3_BENCH_...=...] bash variants/ab.sh forward",
+        names.len(),
+        out.display(),
+        walk_size(&out) as f64 / (1 << 20) as f64
+    );
+    Ok(())
+}
+
+/// The A/B driver `variants` writes: unpacks the variants' benchmark binaries and runs each with
+/// the script's arguments, in the order given and the first again at the end (so drift over the
+/// session shows); output also to $OUT/ab.log when set.
+const AB_SH: &str = r#"#!/usr/bin/env bash
+# Same-session A/B of benchmark variants (cargo xtask variants). Usage: bash ab.sh BENCH_ARGS...
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+tar -xzf "$here/binaries.tar.gz" -C "$bin" || { echo "cannot unpack $here/binaries.tar.gz"; exit 2; }
+log=${OUT:-$here}/ab.log
+: >"$log"
+for v in @ORDER@; do
+  echo "== variant $v: $*" | tee -a "$log"
+  "$bin/$v/kernels" "$@" 2>&1 | tee -a "$log"
+done
+"#;
 
 /// The archive of staged binaries (see [`pack_binaries`]).
 const BINARIES_ARCHIVE: &str = "binaries.tar.gz";
