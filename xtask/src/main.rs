@@ -1,6 +1,9 @@
 //! Project tasks: `cargo xtask stage` (one folder holding the GPU suite and the benchmarks),
 //! `cargo xtask bench` (the benchmarks on this machine's GPU) and `cargo xtask variants` (one
-//! benchmark binary per patched variant of the committed tree, for a same-session A/B on a GPU).
+//! benchmark binary per patched variant of the committed tree, for a same-session A/B on a GPU)
+//! and `cargo xtask sass` (the SASS instruction counts of kernels' loops, without a GPU).
+
+mod sass;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -19,7 +22,11 @@ tasks:
                      the variant's patch files applied in order; NAME= alone is HEAD itself) in a
                      temporary git worktree, and pack them with ab.sh into variants/. On a GPU
                      machine: [ENV=...] bash variants/ab.sh BENCH_ARGS... runs each variant's
-                     benchmark in turn, the first again at the end";
+                     benchmark in turn, the first again at the end
+  sass ENTRY...      assemble each kernel entry of the module loaded on compute capability 9.0
+                     for sm_90a and print its loops' SASS instruction counts and top opcodes
+                     (ptxas: `pip install nvidia-cuda-nvcc-cu12`, nvdisasm: `pip install
+                     nvidia-cuda-nvdisasm`; on PATH or named by MAMBA3_PTXAS / MAMBA3_NVDISASM)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,6 +38,7 @@ fn main() -> ExitCode {
         ),
         Some("bench") => bench(&args[1..]),
         Some("variants") => variants(&args[1..]),
+        Some("sass") => sass::sass(&workspace_root(), cargo(), &args[1..], 16),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -297,7 +305,7 @@ fn variants(specs: &[String]) -> Result<(), String> {
 
 /// The A/B driver `variants` writes: unpacks the variants' benchmark binaries and runs each with
 /// the script's arguments, in the order given and the first again at the end (so drift over the
-/// session shows); output also to $OUT/ab.log when set.
+/// session shows); output also appended to $OUT/ab.log (or ab.log beside it).
 const AB_SH: &str = r#"#!/usr/bin/env bash
 # Same-session A/B of benchmark variants (cargo xtask variants). Usage: bash ab.sh BENCH_ARGS...
 set -u
@@ -306,7 +314,6 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 tar -xzf "$here/binaries.tar.gz" -C "$bin" || { echo "cannot unpack $here/binaries.tar.gz"; exit 2; }
 log=${OUT:-$here}/ab.log
-: >"$log"
 for v in @ORDER@; do
   echo "== variant $v: $*" | tee -a "$log"
   "$bin/$v/kernels" "$@" 2>&1 | tee -a "$log"
