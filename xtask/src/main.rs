@@ -144,7 +144,7 @@ fn stage(dir: PathBuf) -> Result<(), String> {
         .first()
         .ok_or("the benchmark binary was not built")?;
     copy_into(&dir.join("bench"), "kernels", bench_exe)?;
-    pack_binaries(&dir)?;
+    pack_binaries(&dir, &["tests", "bench"])?;
     std::fs::write(dir.join("run.sh"), RUN_SH).map_err(|e| format!("writing run.sh: {e}"))?;
     let size: u64 = walk_size(&dir);
     println!(
@@ -157,22 +157,23 @@ fn stage(dir: PathBuf) -> Result<(), String> {
     Ok(())
 }
 
-/// Packs the staged `tests/` and `bench/` folders into `binaries.tar.gz` (which `run.sh` unpacks
-/// into a temporary folder) and removes them: every binary embeds the PTX of all kernels, which
-/// compresses about tenfold, and the staged folder has to travel to the GPU machine.
-fn pack_binaries(dir: &Path) -> Result<(), String> {
+/// Packs the folders `subdirs` of `dir` (the staged `tests/` and `bench/`, or the variants) into
+/// `binaries.tar.gz` (which `run.sh` and `ab.sh` unpack into a temporary folder) and removes
+/// them: every binary embeds the PTX of all kernels, which compresses about tenfold, and the
+/// folder has to travel to the GPU machine.
+fn pack_binaries(dir: &Path, subdirs: &[&str]) -> Result<(), String> {
     let status = Command::new("tar")
         .arg("-czf")
         .arg(dir.join(BINARIES_ARCHIVE))
         .arg("-C")
         .arg(dir)
-        .args(["tests", "bench"])
+        .args(subdirs)
         .status()
         .map_err(|e| format!("running tar: {e}"))?;
     if !status.success() {
         return Err(format!("tar failed ({status})"));
     }
-    for sub in ["tests", "bench"] {
+    for sub in subdirs {
         let path = dir.join(sub);
         std::fs::remove_dir_all(&path).map_err(|e| format!("removing {}: {e}", path.display()))?;
     }
@@ -225,6 +226,15 @@ fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
         .ok_or_else(|| format!("git {} failed ({status})", args.join(" ")))
 }
 
+/// Removes the worktree at `tree`, also one left behind by an interrupted run (its folder deleted,
+/// then git's record of it pruned).
+fn remove_worktree(root: &Path, tree: &Path) -> Result<(), String> {
+    if tree.exists() {
+        std::fs::remove_dir_all(tree).map_err(|e| format!("removing {}: {e}", tree.display()))?;
+    }
+    git(root, &["worktree", "prune"])
+}
+
 /// Builds each variant's benchmark binary (see the usage text) into `variants/`.
 fn variants(specs: &[String]) -> Result<(), String> {
     if specs.is_empty() {
@@ -244,12 +254,7 @@ fn variants(specs: &[String]) -> Result<(), String> {
     let target = root.join("target").join("variants-build");
     for (i, v) in list.iter().enumerate() {
         println!("variant {}/{}: {}", i + 1, list.len(), v.name);
-        if tree.exists() {
-            git(
-                &root,
-                &["worktree", "remove", "--force", &tree.to_string_lossy()],
-            )?;
-        }
+        remove_worktree(&root, &tree)?;
         git(
             &root,
             &[
@@ -269,26 +274,9 @@ fn variants(specs: &[String]) -> Result<(), String> {
         let (_, exe) = built.first().ok_or("the benchmark binary was not built")?;
         copy_into(&out.join(&v.name), "kernels", exe)?;
     }
-    git(
-        &root,
-        &["worktree", "remove", "--force", &tree.to_string_lossy()],
-    )?;
+    remove_worktree(&root, &tree)?;
     let names: Vec<&str> = list.iter().map(|v| v.name.as_str()).collect();
-    let status = Command::new("tar")
-        .arg("-czf")
-        .arg(out.join(BINARIES_ARCHIVE))
-        .arg("-C")
-        .arg(&out)
-        .args(&names)
-        .status()
-        .map_err(|e| format!("running tar: {e}"))?;
-    if !status.success() {
-        return Err(format!("tar failed ({status})"));
-    }
-    for name in &names {
-        let path = out.join(name);
-        std::fs::remove_dir_all(&path).map_err(|e| format!("removing {}: {e}", path.display()))?;
-    }
+    pack_binaries(&out, &names)?;
     let mut order = names.clone();
     order.push(names[0]);
     let script = AB_SH.replace("@ORDER@", &order.join(" "));
