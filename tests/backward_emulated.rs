@@ -429,7 +429,7 @@ fn run_emulated(
             for (fp, with) in [(plain, false), (with_ckpt, true)] {
                 if warp_specialized {
                     emulation::run_grid_hb(
-                        (h as u32 / 2, b as u32),
+                        (h as u32 / 2, b as u32, 1),
                         mamba3_abi::FORWARD_WS_THREADS as usize,
                         mamba3_abi::forward_ws_smem::BYTES as usize / 4,
                         &bufs.buffers,

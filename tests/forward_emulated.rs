@@ -371,7 +371,7 @@ fn run_emulated(
         assert!(bf16 && fixed_geometry(g, chunk, bf16) && init.is_none());
         assert!((g.heads / g.groups).is_multiple_of(2));
         emulation::run_grid_hb(
-            (g.heads as u32 / 2, (g.batch * segments) as u32),
+            (g.heads as u32 / 2, g.batch as u32, segments as u32),
             mamba3_abi::FORWARD_WS_THREADS as usize,
             mamba3_abi::forward_ws_smem::BYTES as usize / 4,
             &mem.buffers,

@@ -1109,7 +1109,8 @@ pub struct ForwardParams {
     /// q, k, v of the next chunk, copied while the current one computes), 0 when it does not fit.
     pub staged: u32,
     /// Sequence segments K per (b, h) row: grid y is `B·K`, block y covers batch row `y / K` and
-    /// segment `y % K`, the chunks `[s·seg_chunks, (s+1)·seg_chunks)` of the sequence. 1 (or 0):
+    /// segment `y % K` (the warp-specialized forward: grid `(H/2, B, K)`, batch row `y`, segment
+    /// `z`), the chunks `[s·seg_chunks, (s+1)·seg_chunks)` of the sequence. 1 (or 0):
     /// one block walks the whole sequence from a zero state (no hand-off buffers).
     pub segments: u32,
     /// Chunks per segment (used when `segments > 1`).

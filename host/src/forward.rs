@@ -630,8 +630,9 @@ pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static 
 /// The warp-specialized forward ([`Kernel::forward_warp_specialized`]) where it runs `config` on
 /// `gpu`: compute capability 9.0 with [`Gpu::warp_specialized_kernels`] on, its dtype and
 /// geometry, the half-split rotation, the gated output, an even number of heads per q/k group,
-/// its shared memory within the GPU's opt-in limit (the call's own conditions, initial state and
-/// alignment, are [`warp_specialized_plan`]'s).
+/// fewer than 2^32 token-heads B·S·H (its per-chunk addresses index tokens in 32-bit
+/// arithmetic), its shared memory within the GPU's opt-in limit (the call's own conditions,
+/// initial state and alignment, are [`warp_specialized_plan`]'s).
 fn warp_specialized_kernel(gpu: &Gpu, config: &ForwardConfig) -> Option<Kernel> {
     let kernel = Kernel::forward_warp_specialized(config.dtype, fixed_geometry(config))?;
     let fits = forward_ws_smem::BYTES as usize <= gpu.max_shared_memory_optin();
@@ -641,11 +642,20 @@ fn warp_specialized_kernel(gpu: &Gpu, config: &ForwardConfig) -> Option<Kernel> 
         && config.rotation == Rotation::HalfSplit
         && config.mode == OutputMode::Gated
         && heads_per_group.is_multiple_of(2)
+        && token_heads_fit_u32(config)
         && config.seq_len >= config.chunk_size)
         .then_some(kernel)
 }
 
-/// The warp-specialized forward and its launch shape (grid `(H/2, B·K)`, three warpgroups) for
+/// Whether B·S·H token-heads are indexable in 32 bits (the warp-specialized forward's addressing).
+fn token_heads_fit_u32(config: &ForwardConfig) -> bool {
+    [config.batch, config.seq_len, config.heads]
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .is_some_and(|n| n <= u32::MAX as usize)
+}
+
+/// The warp-specialized forward and its launch shape (grid `(H/2, B, K)`, three warpgroups) for
 /// the tensor-core forward `kernel` of a call (`params`, `segments` segments), where
 /// [`warp_specialized_kernel`] covers it and the call has no initial state, and q, k, v, the angle
 /// logits, the output and the final k̂ and v are 16-byte aligned, the final and hand-off SSM
@@ -678,20 +688,18 @@ fn warp_specialized_plan(
         && [params.final_ssm, params.seg_state, params.ckpt_state]
             .iter()
             .all(|p| p.is_multiple_of(8));
-    (tensor_core && aligned && params.init_ssm == 0).then(|| {
-        (
-            ws,
-            LaunchConfig {
-                grid_dim: (
-                    (config.heads / 2) as u32,
-                    (config.batch * segments) as u32,
-                    1,
-                ),
-                block_dim: (FORWARD_WS_THREADS, 1, 1),
-                shared_mem_bytes: forward_ws_smem::BYTES,
-            },
-        )
-    })
+    (tensor_core && aligned && params.init_ssm == 0).then_some((
+        ws,
+        LaunchConfig {
+            grid_dim: (
+                (config.heads / 2) as u32,
+                config.batch as u32,
+                segments as u32,
+            ),
+            block_dim: (FORWARD_WS_THREADS, 1, 1),
+            shared_mem_bytes: forward_ws_smem::BYTES,
+        },
+    ))
 }
 
 /// Most segments one (head, batch) row is split into.
@@ -1445,4 +1453,40 @@ pub fn forward_alloc<T: Activation>(
         )?;
     }
     Ok((out, states))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(batch: usize, seq_len: usize, heads: usize) -> ForwardConfig {
+        ForwardConfig {
+            batch,
+            seq_len,
+            rank: 4,
+            groups: 1,
+            heads,
+            state_dim: 128,
+            head_dim: 64,
+            num_angles: 32,
+            chunk_size: 16,
+            dtype: Dtype::Bf16,
+            rotation: Rotation::HalfSplit,
+            mode: OutputMode::Gated,
+            has_z: true,
+            has_d: true,
+            norm_eps: 1e-5,
+        }
+    }
+
+    /// The warp-specialized forward's 32-bit token-head indices: B·S·H up to 2^32 − 1 (whose
+    /// largest index, 2^32 − 2, still fits) is covered, 2^32 and beyond is not.
+    #[test]
+    fn token_head_bound_is_exactly_the_u32_range() {
+        // 3·5·17·257·65537 = 2^32 − 1.
+        assert!(token_heads_fit_u32(&config(3 * 5, 17 * 257, 65537)));
+        assert!(!token_heads_fit_u32(&config(1 << 8, 1 << 18, 1 << 6)));
+        assert!(!token_heads_fit_u32(&config(65535, usize::MAX / 2, 64)));
+        assert!(token_heads_fit_u32(&config(8, 8192, 64)));
+    }
 }

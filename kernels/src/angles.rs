@@ -6,7 +6,7 @@
 //! the sum is exact to ~1e-13 over any practical length, so the only error left is the final
 //! rounding of the (reduced) angle to f32 before `sincos`.
 
-use crate::arch::float::{fma_rn, fma_rn_f64, rcp_approx};
+use crate::arch::float::{fma_rn, fma_rn_f64, fms_rn, rcp_approx};
 use crate::arch::global::{ld_global_f32, ld_global_nc_f32};
 use crate::arch::sreg::shfl_idx_f32;
 
@@ -167,7 +167,7 @@ pub fn reduced_near_f32(x: f64) -> f32 {
 /// applied to one (ia, ib) pair of q or k.
 #[inline(always)]
 pub fn rotate_pair(a: f32, b: f32, c: f32, s: f32) -> (f32, f32) {
-    (fma_rn(a, c, -(b * s)), fma_rn(a, s, b * c))
+    (fms_rn(a, c, b * s), fma_rn(a, s, b * c))
 }
 
 /// The sine and cosine of angle `i` (`i < 64`) from the warp, lane `l` holding those of angles

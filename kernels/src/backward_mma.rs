@@ -67,7 +67,7 @@ use mamba3_abi::{
 
 use crate::angles::{angle_increment_f32, reduced_near_f32};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
-use crate::arch::float::{fma_rn, pack_bf16x2, rsqrt_approx, sincos_approx};
+use crate::arch::float::{fma_rn, fms_rn, pack_bf16x2, rsqrt_approx, sincos_approx};
 use crate::arch::global::{ld_global_v4_f32, prefetch_l2, st_global_u32, st_global_v4_f32};
 use crate::arch::ldmatrix::{ldmatrix_x4, ldmatrix_x4_trans};
 use crate::arch::mma::mma_m16n8k16_bf16_f32;
@@ -1164,9 +1164,9 @@ unsafe fn unrotate(
                                 o[t as usize][s0 + e as usize],
                                 o[t as usize + 4][s0 + e as usize],
                             );
-                            dth[(2 * t + e) as usize] = fma_rn(dw, ha, -(du * hb));
+                            dth[(2 * t + e) as usize] = fms_rn(dw, ha, du * hb);
                             o[t as usize][s0 + e as usize] = fma_rn(du, c, dw * s);
-                            o[t as usize + 4][s0 + e as usize] = fma_rn(dw, c, -(du * s));
+                            o[t as usize + 4][s0 + e as usize] = fms_rn(dw, c, du * s);
                         }
                     }
                 } else {
@@ -1177,9 +1177,9 @@ unsafe fn unrotate(
                         let [c, s] = ld_shared_v2_f32(bk.base + L::CS + 8 * (32 * tt + j));
                         let (ha, hb) = unpack_at(hat, row, a_col);
                         let (du, dw) = (o[t as usize][s0], o[t as usize][s0 + 1]);
-                        dth[t as usize] = fma_rn(dw, ha, -(du * hb));
+                        dth[t as usize] = fms_rn(dw, ha, du * hb);
                         o[t as usize][s0] = fma_rn(du, c, dw * s);
-                        o[t as usize][s0 + 1] = fma_rn(dw, c, -(du * s));
+                        o[t as usize][s0 + 1] = fms_rn(dw, c, du * s);
                     }
                 }
                 // ∂θ of the pair summed over the token's four ranks (g bits 0–1); lanes with g ≡ 0

@@ -51,9 +51,10 @@
 //! `notes/forward-fma.md`, v16–v19.
 //!
 //! # Launch contract
-//! Grid `(H/2, B·K)` (K segments, [`ForwardParams::segments`]), block
+//! Grid `(H/2, B, K)` (K segments, [`ForwardParams::segments`]), block
 //! `mamba3_abi::FORWARD_WS_THREADS`, dynamic shared memory `forward_ws_smem::BYTES`, compute
 //! capability 9.0 (the `sm_90a` module); the geometry, dtype, rotation and mode above, H/G even,
+//! B·S·H < 2^32 (token and token-head indices are formed in 32-bit arithmetic),
 //! no initial state, checkpoint pointers only for the `_ckpt_` kernel; q, k, v, the angle logits,
 //! the output, the final k̂ and v 16-byte aligned, the final and hand-off SSM states 8-byte
 //! aligned; every pointer valid for its documented shape (the host validates). Segments other
@@ -66,11 +67,11 @@ use crate::angles::{
 };
 use crate::arch::barrier::{bar_arrive, bar_sync, setmaxnreg_dec, setmaxnreg_inc};
 use crate::arch::cp_async::{commit_group, cp_async_cg_16_zfill, wait_group};
-use crate::arch::float::{pack_bf16x2, sincos_approx};
+use crate::arch::float::{fma_rn, pack_bf16x2, sincos_approx};
 use crate::arch::global::{ld_global_v2_f32, st_global_v2_f32, st_global_v4_f32};
 use crate::arch::ldmatrix::stmatrix_x4;
 use crate::arch::sreg::{
-    block_and_thread_fresh, block_x, block_y, fresh_u32, ld_shared_f32, ld_shared_u32,
+    block_and_thread_fresh, block_x, block_y, block_z, fresh_u32, ld_shared_f32, ld_shared_u32,
     ld_shared_v4_f32, shfl_idx_f32, shfl_xor_f32, smem_base, st_shared_f32, st_shared_u32,
     st_shared_v2_f32, st_shared_v4_f32, thread_x,
 };
@@ -149,24 +150,18 @@ struct Work {
 impl Work {
     #[inline(always)]
     fn new(prm: &ForwardParams) -> Self {
-        Self::of_block(prm, block_x(), block_y())
+        Self::of_block(prm, block_x(), block_y(), block_z())
     }
 
-    /// The work of block `(x, y)`.
+    /// The work of block `(x, y, z)`: heads `2x`, `2x + 1`, batch row `y`, segment `z`.
     #[inline(always)]
-    fn of_block(prm: &ForwardParams, x: u32, y: u32) -> Self {
+    fn of_block(prm: &ForwardParams, x: u32, y: u32, z: u32) -> Self {
         let (heads, groups) = (prm.heads as usize, prm.groups as usize);
         let h0 = 2 * x as usize;
         // Fresh copies: each role forms its work after `setmaxnreg`, so nothing derived from the
         // parameters is computed once before it and held across.
         let segments = fresh_u32(prm.segments).max(1) as usize;
-        let y = y as usize;
-        // The division only where segments are (the consumers re-form their work every chunk).
-        let (b, seg) = if segments == 1 {
-            (y, 0)
-        } else {
-            (y / segments, y % segments)
-        };
+        let (b, seg) = (y as usize, z as usize);
         let (t_begin, t_end) = if segments > 1 {
             let span = fresh_u32(prm.seg_chunks) * C;
             (
@@ -205,9 +200,29 @@ impl Work {
 
     /// Start of unit `u`'s (b, h) row in the (B,H,S) tensors.
     #[inline(always)]
-    fn row(&self, u: u32) -> usize {
-        (self.b * self.heads + self.h0 + u as usize) * self.s_len
+    fn row(&self, u: u32) -> u32 {
+        (self.b as u32 * self.heads as u32 + self.h0 as u32 + u) * self.s_len as u32
     }
+
+    /// The token index `b·S + t` of the batch row's time `t` in the (B,S,…) tensors.
+    #[inline(always)]
+    fn token(&self, t: u32) -> u32 {
+        self.b as u32 * self.s_len as u32 + t
+    }
+
+    /// The token-head index `(b·S + t)·H + h` in the (B,S,H,…) tensors.
+    #[inline(always)]
+    fn token_head(&self, t: u32, h: u32) -> u32 {
+        self.token(t) * self.heads as u32 + h
+    }
+}
+
+/// `base + index·bytes`: the per-chunk addresses take their token and token-head indices in 32-bit
+/// arithmetic (the host runs this kernel only where B·S·H < 2^32) and widen once, in the multiply
+/// by the row's bytes.
+#[inline(always)]
+fn row_address(base: u64, index: u32, bytes: u32) -> u64 {
+    base + index as u64 * bytes as u64
 }
 
 /// Address of unit `u`'s operand tile at offset `tile` (`L::Q`, …).
@@ -248,7 +263,7 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
     let (c0, len) = work.chunk(k);
     let buf = base + L::RAW + (k & 1) * L::RAW_BYTES;
     let piece = tid % 16;
-    let token_elems = R as usize * work.groups * N as usize;
+    let token_bytes = 2 * R * work.groups as u32 * N;
     // SAFETY (whole body): sources are 16-byte pieces of tokens < S of the 16-byte aligned
     // tensors of the launch contract (a token of the chunk for zero-filled rows, never read);
     // destinations inside the staging buffer.
@@ -259,11 +274,12 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
         // past it).
         let r = (tid / 16) % 4;
         let t0 = tid / 64;
-        let first = 2
-            * ((work.b * work.s_len + (c0 + t0.min(len - 1)) as usize) * token_elems
-                + (r as usize * work.groups + work.g) * N as usize
-                + 8 * piece as usize) as u64;
-        let stride = 2 * 2 * token_elems as u64;
+        let first = row_address(
+            (2 * ((r * work.groups as u32 + work.g as u32) * N + 8 * piece)) as u64,
+            work.token(c0 + t0.min(len - 1)),
+            token_bytes,
+        );
+        let stride = 2 * token_bytes as u64;
         for j in 0..8u32 {
             let rho = tid / 16 + 8 * j;
             let (off, size) = if t0 + 2 * j < len {
@@ -279,8 +295,8 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
         let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
         let v_slot = base + L::V + (k % 3) * L::V_SLOT_BYTES;
         for u in 0..2u32 {
-            let bth = (work.b * work.s_len + src_t as usize) * work.heads + work.h0 + u as usize;
-            let v_src = prm.v + 2 * (bth * P as usize + 8 * piece as usize) as u64;
+            let bth = work.token_head(src_t, work.h0 as u32 + u);
+            let v_src = row_address(prm.v + 16 * piece as u64, bth, 2 * P);
             cp_async_cg_16_zfill(
                 v_slot + u * 2048 + t * 128 + 16 * piece,
                 v_src as *const u8,
@@ -317,25 +333,26 @@ unsafe fn load_chunk_inputs(
     }
     let (w, lane) = (ct / 32, ct % 32);
     let (c0, len) = work.chunk(k);
-    let t = (c0 + lane) as usize;
+    let t = c0 + lane;
     let row = work.row(u);
     // SAFETY: token indices checked against the chunk and the sequence; (B,H,S) and (B,S,H,Na)
     // tensors of the launch contract.
     unsafe {
-        if lane <= C && t < work.s_len {
+        if lane <= C && t < work.s_len as u32 {
+            let at = (row + t) as usize;
             if lane < len {
-                a.adt = ldg(prm.adt, row + t);
+                a.adt = ldg(prm.adt, at);
             }
-            a.dt = ldg(prm.dt, row + t);
-            a.trap = Bf16::load_raw(prm.trap, row + t);
+            a.dt = ldg(prm.dt, at);
+            a.trap = Bf16::load_raw(prm.trap, at);
         }
         // The thread's four times are consecutive tokens: one address, then a token's stride
         // (the 64-bit index arithmetic formed once, not under each load's condition).
-        let angle = (8 * w + lane % 8) as usize;
+        let angle = 8 * w + lane % 8;
         let t0 = 4 * (lane / 8);
-        let bth0 = (work.b * work.s_len + (c0 + t0) as usize) * work.heads + work.h0 + u as usize;
-        let first = prm.angles + 4 * (bth0 * NA as usize + angle) as u64;
-        let stride = 4 * (work.heads * NA as usize) as u64;
+        let bth0 = work.token_head(c0 + t0, work.h0 as u32 + u);
+        let first = row_address(prm.angles + 4 * angle as u64, bth0, 4 * NA);
+        let stride = (4 * work.heads as u32 * NA) as u64;
         for (i, l) in a.logits.iter_mut().enumerate() {
             if t0 + (i as u32) < len {
                 *l = ldg(first + stride * i as u64, 0);
@@ -716,8 +733,8 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             // m = 2·(n-tile − 2i) + half), lane l giving row l mod 8 of tile l/8. Addresses from
             // a fresh read of the thread index: ptxas otherwise hoists them out of the chunk
             // loop and holds them across it.
-            let (w, lane, tiles) = {
-                let tx = block_and_thread_fresh().2;
+            let (w, lane, own_tiles) = {
+                let tx = block_and_thread_fresh().3;
                 (
                     (tx % 128) / 32,
                     tx % 32,
@@ -730,7 +747,12 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             // lane mod 8` (2i has bit 0 clear): the row address with piece x, bits 5–6 flipped
             // (the rows are 128-byte aligned).
             let row = 16 * w + 8 * ((lane / 8) % 2) + lane % 8;
-            let row_at = tiles + L::S + 128 * row + 16 * ((lane / 16) ^ (lane % 8));
+            let row_at = own_tiles + L::S + 128 * row + 16 * ((lane / 16) ^ (lane % 8));
+            // The later products' descriptors from the tile base formed before the loop, which
+            // ptxas keeps in uniform registers (from `own_tiles` each takes a vector-to-uniform
+            // move per descriptor); the checkpointing instantiation has no registers to spare for
+            // it and takes `own_tiles`.
+            let tiles = if CKPT { own_tiles } else { tiles };
             for i in 0..4u32 {
                 let wv = weights[i as usize];
                 let words = [0u32, 1, 2, 3].map(|m| {
@@ -746,7 +768,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                     } else {
                         (0.0, 0.0)
                     };
-                    pack_bf16x2(sj[2 * hh] * wv + d0, sj[2 * hh + 1] * wv + d1)
+                    pack_bf16x2(fma_rn(sj[2 * hh], wv, d0), fma_rn(sj[2 * hh + 1], wv, d1))
                 });
                 stmatrix_x4(row_at ^ (32 * i), words);
             }
@@ -828,8 +850,8 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             }
             // The block's work re-formed (held across the products, it would spill); chunk
             // k + 2's inputs, loaded while the epilogue runs and used after it.
-            let (bx, by, _) = block_and_thread_fresh();
-            let work = &Work::of_block(prm, bx, by);
+            let (bx, by, bz, _) = block_and_thread_fresh();
+            let work = &Work::of_block(prm, bx, by, bz);
             let (c0, len) = work.chunk(k);
             let ahead = load_chunk_inputs(prm, work, k + 2, u, ct);
             // Gate and rank contraction: column 8j + 2q + e of y is time 4(j/2) + q, rank
@@ -858,7 +880,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                             } else {
                                 yv
                             };
-                            *out += gated * mo[r];
+                            *out = fma_rn(gated, mo[r], *out);
                         }
                     }
                 }
@@ -895,9 +917,8 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             let (t, piece) = (ct / 8, ct % 8);
             if t < len {
                 let v = ld_shared_v4_f32(out_rows + t * L::OUT_STRIDE + 16 * piece);
-                let at = ((work.b * work.s_len + (c0 + t) as usize) * work.heads + h) * P as usize
-                    + 8 * piece as usize;
-                st_global_v4_f32(prm.out + 2 * at as u64, v);
+                let bth = work.token_head(c0 + t, h as u32);
+                st_global_v4_f32(row_address(prm.out + 16 * piece as u64, bth, 2 * P), v);
             }
             // Chunk k + 2's tables (into the banks chunk k's products no longer read; the
             // producer fills chunk k + 2 only after this consumer's next hand-off).
@@ -943,8 +964,8 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
 /// `ct` in it.
 #[inline(always)]
 fn consumer_place_fresh(prm: &ForwardParams) -> (Work, u32, u32) {
-    let (bx, by, tx) = block_and_thread_fresh();
-    (Work::of_block(prm, bx, by), tx / 128 - 1, tx % 128)
+    let (bx, by, bz, tx) = block_and_thread_fresh();
+    (Work::of_block(prm, bx, by, bz), tx / 128 - 1, tx % 128)
 }
 
 /// The consumer thread's place for a checkpoint store ([`consumer_place_fresh`]): the slot of
@@ -1021,11 +1042,13 @@ unsafe fn load_z(
         return z;
     }
     let (c0, len) = work.chunk(k);
-    // Time q's address, then four tokens' stride (the 64-bit index arithmetic formed once).
-    let at =
-        ((work.b * work.s_len + (c0 + q) as usize) * work.heads + h) * P as usize + p0 as usize;
-    let first = prm.z + 2 * at as u64;
-    let stride = 2 * (4 * work.heads * P as usize) as u64;
+    // Time q's address, then four tokens' stride.
+    let first = row_address(
+        prm.z + 2 * p0 as u64,
+        work.token_head(c0 + q, h as u32),
+        2 * P,
+    );
+    let stride = (2 * 4 * work.heads as u32 * P) as u64;
     // SAFETY: tokens < len of the chunk, inside the (B,S,H,P) z of the launch contract.
     unsafe {
         for (kk, zw) in z.iter_mut().enumerate() {

@@ -87,7 +87,7 @@ pub fn mul_silu_tanh_approx(y: f32, x: f32) -> f32 {
 #[inline(always)]
 pub fn mul_silu_half_tanh_approx(y: f32, h: f32) -> f32 {
     let a = y * h;
-    a + a * crate::arch::float::tanh_approx(h)
+    fma_rn(a, crate::arch::float::tanh_approx(h), a)
 }
 
 /// `tanh x` with an absolute error of a few 1e-8 (not `tanh.approx.f32`, whose 2^-11 relative

@@ -313,6 +313,9 @@ pub mod arch {
         pub fn fma_rn(a: f32, b: f32, c: f32) -> f32 {
             a.mul_add(b, c)
         }
+        pub fn fms_rn(a: f32, b: f32, c: f32) -> f32 {
+            a.mul_add(b, -c)
+        }
         pub fn round_nearest(a: f32) -> f32 {
             a.round_ties_even()
         }
@@ -823,8 +826,8 @@ pub mod arch {
         pub fn block_z() -> u32 {
             super::super::with_ctx(|c| c.block.2)
         }
-        pub fn block_and_thread_fresh() -> (u32, u32, u32) {
-            (block_x(), block_y(), thread_x())
+        pub fn block_and_thread_fresh() -> (u32, u32, u32, u32) {
+            (block_x(), block_y(), block_z(), thread_x())
         }
         pub fn lane_id() -> u32 {
             thread_x() % 32
@@ -1076,13 +1079,13 @@ pub fn run_grid(
 /// [`run_grid`] for kernels whose warpgroups synchronize through named barriers: races are
 /// checked by happens-before (vector clocks merged at every barrier) instead of barrier epochs.
 pub fn run_grid_hb(
-    grid: (u32, u32),
+    grid: (u32, u32, u32),
     threads: usize,
     words: usize,
     buffers: &[Buffer],
     body: impl Fn() + Sync,
 ) {
-    run_grid_impl((grid.0, grid.1, 1), threads, words, buffers, true, body)
+    run_grid_impl(grid, threads, words, buffers, true, body)
 }
 
 /// [`run_grid`] on the grid `(x, y, z)`.

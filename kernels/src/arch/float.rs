@@ -17,6 +17,21 @@ pub fn fma_rn(a: f32, b: f32, c: f32) -> f32 {
     d
 }
 
+/// `a·b − c` rounded once: `neg.f32` of the subtrahend and `fma.rn.f32` in one `asm!` block (PTX
+/// ISA §9.7.3.5, §9.7.3.6), so that ptxas folds the negation into the FMA's addend. Written as
+/// `fma_rn(a, b, -c)`, LLVM moves the negation onto a factor of `c` that other products share
+/// (`−(x·s)` becomes `x·(−s)`), and ptxas then spends a sign-flip instruction on it.
+#[inline(always)]
+pub fn fms_rn(a: f32, b: f32, c: f32) -> f32 {
+    let d: f32;
+    // SAFETY: register-only arithmetic.
+    unsafe {
+        asm!("{{ .reg .f32 n; neg.f32 n, {c}; fma.rn.f32 {d}, {a}, {b}, n; }}", d = out(reg32) d,
+             a = in(reg32) a, b = in(reg32) b, c = in(reg32) c, options(pure, nomem, nostack))
+    };
+    d
+}
+
 /// `cvt.rni.f32.f32` (PTX ISA §9.7.9.21): round to the nearest integer, ties to even.
 #[inline(always)]
 pub fn round_nearest(a: f32) -> f32 {

@@ -262,18 +262,19 @@ pub fn opaque_u32(x: u32) -> u32 {
     y
 }
 
-/// `(%ctaid.x, %ctaid.y, %tid.x)` read anew at each call (`mov.u32`, not `pure`): after a long
-/// loop, values derived from them are re-formed instead of held in registers across it (PTX ISA
-/// §10, special registers).
+/// `(%ctaid.x, %ctaid.y, %ctaid.z, %tid.x)` read anew at each call (`mov.u32`, not `pure`):
+/// after a long loop, values derived from them are re-formed instead of held in registers across
+/// it (PTX ISA §10, special registers).
 #[inline(always)]
-pub fn block_and_thread_fresh() -> (u32, u32, u32) {
-    let (bx, by, tx): (u32, u32, u32);
+pub fn block_and_thread_fresh() -> (u32, u32, u32, u32) {
+    let (bx, by, bz, tx): (u32, u32, u32, u32);
     // SAFETY: reads special registers.
     unsafe {
-        asm!("mov.u32 {bx}, %ctaid.x;", "mov.u32 {by}, %ctaid.y;", "mov.u32 {tx}, %tid.x;",
-             bx = out(reg32) bx, by = out(reg32) by, tx = out(reg32) tx, options(nomem, nostack))
+        asm!("mov.u32 {bx}, %ctaid.x;", "mov.u32 {by}, %ctaid.y;", "mov.u32 {bz}, %ctaid.z;",
+             "mov.u32 {tx}, %tid.x;", bx = out(reg32) bx, by = out(reg32) by,
+             bz = out(reg32) bz, tx = out(reg32) tx, options(nomem, nostack))
     };
-    (bx, by, tx)
+    (bx, by, bz, tx)
 }
 
 /// `x` as its own instruction at each call (`mov.u32`, not `pure`): values derived from it are
