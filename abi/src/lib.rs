@@ -746,11 +746,21 @@ pub mod swizzle128 {
     /// groups is [`GROUP_BYTES`]; the leading offset is unused in the swizzled K-major modes (1
     /// by convention).
     pub const fn k_major(tile: u32, rows: u32, k0: u32) -> u64 {
-        desc(
-            tile + (k0 / 64) * rows * ROW_BYTES + (k0 % 64) * 2,
-            16,
-            GROUP_BYTES,
-        )
+        desc(tile + k_major_offset(rows, k0), 16, GROUP_BYTES)
+    }
+
+    /// The start of [`k_major`]'s 16 columns from `k0` relative to the tile's start.
+    pub const fn k_major_offset(rows: u32, k0: u32) -> u32 {
+        (k0 / 64) * rows * ROW_BYTES + (k0 % 64) * 2
+    }
+
+    /// `desc` with its start address moved by `bytes` (a multiple of 16). The start field holds
+    /// bits 4–17 of a shared address, and shared addresses stay below 2^18 (256 KB), so the add
+    /// never carries into the other fields. A kernel that forms one descriptor per tile and
+    /// advances it per step lets ptxas keep the constant upper word in place, where forming each
+    /// step's descriptor afresh costs a move of both words per operand.
+    pub const fn advance(desc: u64, bytes: u32) -> u64 {
+        desc + (bytes >> 4) as u64
     }
 
     /// The descriptor of an M-/N-major operand for the 16 rows (K) from `k0` (a multiple of 16)
@@ -758,7 +768,12 @@ pub mod swizzle128 {
     /// the distance between 64-column blocks (`k_rows` rows), the stride offset the one between
     /// 8-row groups.
     pub const fn mn_major(tile: u32, k_rows: u32, k0: u32) -> u64 {
-        desc(tile + k0 * ROW_BYTES, k_rows * ROW_BYTES, GROUP_BYTES)
+        desc(tile + mn_major_offset(k0), k_rows * ROW_BYTES, GROUP_BYTES)
+    }
+
+    /// The start of [`mn_major`]'s 16 rows from `k0` relative to the tile's start.
+    pub const fn mn_major_offset(k0: u32) -> u32 {
+        k0 * ROW_BYTES
     }
 }
 
@@ -1468,6 +1483,34 @@ mod tests {
             backward::BackwardSlots::len_saturating(u64::MAX, 2, 2),
             u64::MAX
         );
+    }
+
+    #[test]
+    fn advanced_descriptors_equal_the_ones_formed_afresh() {
+        use swizzle128::*;
+        // Every 1024-byte aligned tile start of a 228 KB shared window (and the top of the
+        // 256 KB the start field can address), every K step of the kernels' operands.
+        let tiles = (0..228 * 1024u32)
+            .step_by(1024)
+            .chain([(1 << 18) - 64 * 1024]);
+        for tile in tiles {
+            for rows in [64u32, 128] {
+                for k0 in (0..128u32).step_by(16) {
+                    assert_eq!(
+                        advance(k_major(tile, rows, 0), k_major_offset(rows, k0)),
+                        k_major(tile, rows, k0),
+                        "K-major tile {tile} rows {rows} k0 {k0}"
+                    );
+                }
+            }
+            for k0 in (0..64u32).step_by(16) {
+                assert_eq!(
+                    advance(mn_major(tile, 64, 0), mn_major_offset(k0)),
+                    mn_major(tile, 64, k0),
+                    "MN-major tile {tile} k0 {k0}"
+                );
+            }
+        }
     }
 
     #[test]

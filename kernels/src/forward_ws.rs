@@ -701,15 +701,18 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             // accumulators and the inter-chunk product's A registers are never live together (the
             // other consumer keeps the tensor cores busy meanwhile).
             wgmma::fence();
-            let mut s = wgmma::mma_m64n64k16_bf16_fresh::<false, false>(
+            // Each operand's descriptor formed once and advanced per step (`advance_desc`).
+            let (q_desc, k_desc) = (
                 wgmma::k_major_desc(q_at, 64, 0),
                 wgmma::k_major_desc(k_at, 64, 0),
             );
+            let mut s = wgmma::mma_m64n64k16_bf16_fresh::<false, false>(q_desc, k_desc);
             for kk in 1..8u32 {
+                let step = wgmma::k_major_offset(64, 16 * kk);
                 wgmma::mma_m64n64k16_bf16::<false, false>(
                     &mut s,
-                    wgmma::k_major_desc(q_at, 64, 16 * kk),
-                    wgmma::k_major_desc(k_at, 64, 16 * kk),
+                    wgmma::advance_desc(q_desc, step),
+                    wgmma::advance_desc(k_desc, step),
                     true,
                 );
             }
@@ -791,15 +794,13 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                 }
             }
             wgmma::fence();
-            let mut y = wgmma::mma_m64n64k16_bf16_rs_fresh::<false>(
-                hb[0],
-                wgmma::k_major_desc(q_at, 64, 0),
-            );
+            let q_desc = wgmma::k_major_desc(q_at, 64, 0);
+            let mut y = wgmma::mma_m64n64k16_bf16_rs_fresh::<false>(hb[0], q_desc);
             for (kk, a) in hb.iter().enumerate().skip(1) {
                 wgmma::mma_m64n64k16_bf16_rs::<false>(
                     &mut y,
                     *a,
-                    wgmma::k_major_desc(q_at, 64, 16 * kk as u32),
+                    wgmma::advance_desc(q_desc, wgmma::k_major_offset(64, 16 * kk as u32)),
                     true,
                 );
             }

@@ -645,7 +645,10 @@ pub mod arch {
     /// in depth order); fences, commits and waits are no-ops.
     pub mod wgmma {
         #[allow(unused_imports)]
-        pub use mamba3_abi::swizzle128::{k_major as k_major_desc, mn_major as mn_major_desc};
+        pub use mamba3_abi::swizzle128::{
+            advance as advance_desc, k_major as k_major_desc, k_major_offset,
+            mn_major as mn_major_desc, mn_major_offset,
+        };
 
         /// The bf16 element at operand coordinates (`mn`, `k`) of descriptor `d`, M-/N-major
         /// when `trans`.

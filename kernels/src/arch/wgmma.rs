@@ -20,7 +20,8 @@
 use core::arch::asm;
 
 pub use mamba3_abi::swizzle128::{
-    desc as sw128_desc, k_major as k_major_desc, mn_major as mn_major_desc, GROUP_BYTES, ROW_BYTES,
+    advance as advance_desc, desc as sw128_desc, k_major as k_major_desc, k_major_offset,
+    mn_major as mn_major_desc, mn_major_offset, GROUP_BYTES, ROW_BYTES,
 };
 pub use mamba3_abi::swizzle128_offset as sw128_offset;
 
