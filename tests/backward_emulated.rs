@@ -435,9 +435,9 @@ fn run_emulated(
                         &bufs.buffers,
                         || unsafe {
                             if with {
-                                forward_ws::forward_ws::<true>(&fp)
+                                forward_ws::forward_ws::<true, false>(&fp)
                             } else {
-                                forward_ws::forward_ws::<false>(&fp)
+                                forward_ws::forward_ws::<false, false>(&fp)
                             }
                         },
                     );

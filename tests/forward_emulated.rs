@@ -301,7 +301,16 @@ fn run_emulated(
         forward_tf32_smem::BYTES
     } as usize
         / 4;
-    if segments > 1 && tensor_core {
+    if segments > 1 && forward == Forward::WarpSpecialized {
+        // The warp-specialized forward's own segment-state pass, as the host runs it.
+        emulation::run_grid_hb(
+            (g.heads as u32 / 2, g.batch as u32, segments as u32 - 1),
+            mamba3_abi::FORWARD_WS_THREADS as usize,
+            mamba3_abi::forward_ws_smem::BYTES as usize / 4,
+            &mem.buffers,
+            || unsafe { forward_ws::forward_ws::<false, true>(&params) },
+        );
+    } else if segments > 1 && tensor_core {
         emulation::run_grid(
             grid,
             FORWARD_MMA_THREADS as usize,
@@ -375,7 +384,7 @@ fn run_emulated(
             mamba3_abi::FORWARD_WS_THREADS as usize,
             mamba3_abi::forward_ws_smem::BYTES as usize / 4,
             &mem.buffers,
-            || unsafe { forward_ws::forward_ws::<false>(&params) },
+            || unsafe { forward_ws::forward_ws::<false, false>(&params) },
         );
     } else if let Forward::TensorCoreUnits { stride } = forward {
         assert!(bf16 && fixed_geometry(g, chunk, bf16) && g.seq_len < chunk && segments == 1);
@@ -753,8 +762,8 @@ fn emulated_tensor_core_kernel_matches_golden() {
 
 /// The warp-specialized kernel (bf16, the tensor-core geometry, half-split rotation, gated
 /// output; compute capability 9.0 on the GPU): tails, S = 1, GQA, ±z, ±D, B = 2, whole and split
-/// into segments (the `mma.sync` segment-state pass and the combine pass before it), its
-/// named-barrier hand-offs race-checked by happens-before.
+/// into segments (its own segment-state pass, `segment_state_ws_*`, and the combine pass before
+/// it), its named-barrier hand-offs race-checked by happens-before.
 #[test]
 fn emulated_warp_specialized_kernel_matches_golden() {
     use OutputMode::*;

@@ -403,8 +403,9 @@ fn tuned_upstream_cases() -> Vec<Case> {
 }
 
 /// On compute capability 9.0 the gated half-split bf16 calls of the benchmark geometry run the
-/// warp-specialized forward (on by default): the dispatch names it, and it matches golden on
-/// upstream's benchmark-geometry cases (G = 1 and 2, split) and on edge calls: tails and a single
+/// warp-specialized forward (on by default): the dispatch names it (and, split, its own
+/// segment-state pass), and it matches golden on upstream's benchmark-geometry cases (G = 1 and
+/// 2, split) and on edge calls: tails and a single
 /// chunk, S = 1 (the short-call kernel, which it does not cover), G = 2 with two heads per group,
 /// B = 3, S = 1000 whole and split (where biases rounded to bf16 before the add had shown as
 /// 1.01e-2); then the same edge calls switched off.
@@ -424,7 +425,14 @@ fn forward_dispatch_names_the_warp_specialized_kernel_and_it_matches_golden() {
         );
         return;
     }
-    assert!(dispatch_paths_on_gpu(&gpu, &config).contains(&ws));
+    let paths = dispatch_paths_on_gpu(&gpu, &config);
+    assert!(paths.contains(&ws), "{paths:?}");
+    // B·H = 32 leaves SMs idle: the call is split, its segment-state pass the warp-specialized one.
+    assert_eq!(
+        paths.first(),
+        Some(&"segment_state_ws_bf16_r4_n128_p64_na32_c16"),
+        "{paths:?}"
+    );
     run_grid(
         &gpu,
         &cases,

@@ -564,10 +564,16 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
     // The tensor-core forward, its `wgmma` twin and their segment-state passes: two blocks per SM
     // (shared memory). These rows come before the chunked kernels' `forward_` and
     // `segment_state_` rows, which would otherwise claim the twins.
-    // The warp-specialized forward: one block of three warpgroups per SM (shared memory); its
-    // warpgroups move registers between them with `setmaxnreg` from the 168 this row leaves each.
+    // The warp-specialized forward and its segment-state pass: one block of three warpgroups per
+    // SM (shared memory); its warpgroups move registers between them with `setmaxnreg` from the
+    // 168 these rows leave each.
     LaunchBounds {
         prefix: "forward_ws_",
+        max_threads: FORWARD_WS_THREADS,
+        min_blocks_per_sm: 1,
+    },
+    LaunchBounds {
+        prefix: "segment_state_ws_",
         max_threads: FORWARD_WS_THREADS,
         min_blocks_per_sm: 1,
     },

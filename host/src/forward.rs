@@ -622,6 +622,14 @@ pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static 
     if let (Some(ws), Some(last)) = (warp_specialized_kernel(gpu, &run), paths.last_mut()) {
         if Some(*last) == forward {
             *last = ws.symbol();
+            // A split call runs the warp-specialized segment-state pass first.
+            let split = tensor_core_kernels(&run).map(|(_, ss)| gpu.preferred(ss).symbol());
+            let ws_split = Kernel::segment_state_warp_specialized(run.dtype, fixed_geometry(&run));
+            if let (Some(first), Some(ws_split)) = (paths.first_mut(), ws_split) {
+                if Some(*first) == split {
+                    *first = ws_split.symbol();
+                }
+            }
         }
     }
     paths
@@ -645,6 +653,25 @@ fn warp_specialized_kernel(gpu: &Gpu, config: &ForwardConfig) -> Option<Kernel> 
         && token_heads_fit_u32(config)
         && config.seq_len >= config.chunk_size)
         .then_some(kernel)
+}
+
+/// The warp-specialized forward's own segment-state pass and its launch shape (the forward's
+/// `ws_cfg` with grid `(H/2, B, K − 1)`: segment K − 1's end state is never handed off) for a
+/// call of `config` in `segments` segments, where its fixed geometry has one.
+fn warp_specialized_segment_state(
+    config: &ForwardConfig,
+    ws_cfg: LaunchConfig,
+    segments: usize,
+) -> Option<(Kernel, LaunchConfig)> {
+    let kernel = Kernel::segment_state_warp_specialized(config.dtype, fixed_geometry(config))?;
+    let (x, y, _) = ws_cfg.grid_dim;
+    Some((
+        kernel,
+        LaunchConfig {
+            grid_dim: (x, y, segments.saturating_sub(1).max(1) as u32),
+            ..ws_cfg
+        },
+    ))
 }
 
 /// Whether B·S·H token-heads are indexable in 32 bits (the warp-specialized forward's addressing).
@@ -1372,16 +1399,20 @@ pub(crate) fn forward_impl<T: Activation>(
     let wrote_checkpoints = ckpt_kernel.is_some();
     // The warp-specialized forward where it covers the call, with or without checkpoints: a
     // training forward and an inference forward of the same call run the same products.
-    let (forward_kernel, forward_cfg) = warp_specialized_plan(gpu, &run, &params, kernel, segments)
-        .unwrap_or((gpu.preferred(ckpt_kernel.unwrap_or(kernel)), cfg));
+    let ws_plan = warp_specialized_plan(gpu, &run, &params, kernel, segments);
+    let (segment_state, segment_state_cfg) = ws_plan
+        .and_then(|(_, ws_cfg)| warp_specialized_segment_state(&run, ws_cfg, segments))
+        .unwrap_or((gpu.preferred(segment_state), cfg));
+    let (forward_kernel, forward_cfg) =
+        ws_plan.unwrap_or((gpu.preferred(ckpt_kernel.unwrap_or(kernel)), cfg));
     let args = ForwardArgs(params);
     let result = (|| {
         if segments > 1 {
-            let mut launch = gpu.launch(stream, gpu.preferred(segment_state))?;
+            let mut launch = gpu.launch(stream, segment_state)?;
             launch.arg(&args);
             // SAFETY: as for the forward launch below; the segment-state pass takes the same
             // parameters and writes only hand-off slots 0..K−1 of the checked workspace.
-            unsafe { launch.run(cfg) }?;
+            unsafe { launch.run(segment_state_cfg) }?;
             launch_segment_combine(gpu, stream, config, &params, segments)?;
         }
         let mut launch = gpu.launch(stream, forward_kernel)?;

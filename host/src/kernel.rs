@@ -127,6 +127,10 @@ pub enum Kernel {
     /// checkpoints (the state and θ entering every chunk): a training step's forward, with the
     /// plain kernel's outputs bit for bit ([`FixedForward::warp_specialized_ckpt`]).
     ForwardWsCkptBf16R4N128P64Na32C16,
+    /// The split forward's segment-state pass on the warp-specialized kernel's roles (compute
+    /// capability 9.0 only): the producer fills k̂ alone, each consumer runs its head's state pass
+    /// alone and writes the segment's hand-off slot ([`FixedForward::warp_specialized_segment_state`]).
+    SegmentStateWsBf16R4N128P64Na32C16,
     /// The tensor-core forward's instantiation for calls shorter than one chunk (a decode call of
     /// a few tokens: its state pass and epilogue skip the empty 16-row tiles too), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
@@ -203,7 +207,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 83] = [
+    pub const ALL: [Kernel; 84] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -258,6 +262,7 @@ impl Kernel {
         Kernel::ForwardWgBf16R4N128P64Na32C16,
         Kernel::ForwardWsBf16R4N128P64Na32C16,
         Kernel::ForwardWsCkptBf16R4N128P64Na32C16,
+        Kernel::SegmentStateWsBf16R4N128P64Na32C16,
         Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
         Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
@@ -307,6 +312,7 @@ impl Kernel {
                 | Kernel::ForwardWgBf16R4N128P64Na32C16
                 | Kernel::ForwardWsBf16R4N128P64Na32C16
                 | Kernel::ForwardWsCkptBf16R4N128P64Na32C16
+                | Kernel::SegmentStateWsBf16R4N128P64Na32C16
                 | Kernel::SegmentStateWgBf16R4N128P64Na32C16
                 | Kernel::BackwardCkptWgBf16R4N128P64Na32C16
         )
@@ -387,6 +393,9 @@ impl Kernel {
             Kernel::ForwardWsBf16R4N128P64Na32C16 => "forward_ws_bf16_r4_n128_p64_na32_c16",
             Kernel::ForwardWsCkptBf16R4N128P64Na32C16 => {
                 "forward_ws_ckpt_bf16_r4_n128_p64_na32_c16"
+            }
+            Kernel::SegmentStateWsBf16R4N128P64Na32C16 => {
+                "segment_state_ws_bf16_r4_n128_p64_na32_c16"
             }
             Kernel::ForwardMmaShortBf16R4N128P64Na32C16 => {
                 "forward_mma_short_bf16_r4_n128_p64_na32_c16"
@@ -563,6 +572,15 @@ impl Kernel {
         fixed_forward_row(dtype, geometry).and_then(|row| row.warp_specialized_ckpt)
     }
 
+    /// The warp-specialized forward's segment-state pass for exactly this dtype and geometry, if
+    /// any (see [`FixedForward::warp_specialized_segment_state`]).
+    pub fn segment_state_warp_specialized(
+        dtype: crate::Dtype,
+        geometry: FixedForwardGeometry,
+    ) -> Option<Kernel> {
+        fixed_forward_row(dtype, geometry).and_then(|row| row.warp_specialized_segment_state)
+    }
+
     /// The batch-walking short-call instantiation for exactly this dtype and geometry, if any
     /// (see [`FixedForward::tensor_core_units`]).
     pub fn forward_tensor_core_units(
@@ -714,6 +732,10 @@ pub struct FixedForward {
     /// an inference forward of the same call would run `warp_specialized`, so that both give the
     /// same outputs.
     pub warp_specialized_ckpt: Option<Kernel>,
+    /// The segment-state pass that a split call of the warp-specialized forward runs
+    /// ([`Kernel::SegmentStateWsBf16R4N128P64Na32C16`]; grid `(H/2, B, K − 1)`, the forward's
+    /// block and shared memory), with the combine pass and the forward after it.
+    pub warp_specialized_segment_state: Option<Kernel>,
 }
 
 /// The benchmark's (and upstream's tuned) geometry.
@@ -741,6 +763,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         tensor_core_units: None,
         warp_specialized: None,
         warp_specialized_ckpt: None,
+        warp_specialized_segment_state: None,
     },
     FixedForward {
         dtype: crate::Dtype::Bf16,
@@ -755,6 +778,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         tensor_core_units: Some(Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16),
         warp_specialized: Some(Kernel::ForwardWsBf16R4N128P64Na32C16),
         warp_specialized_ckpt: Some(Kernel::ForwardWsCkptBf16R4N128P64Na32C16),
+        warp_specialized_segment_state: Some(Kernel::SegmentStateWsBf16R4N128P64Na32C16),
     },
 ];
 

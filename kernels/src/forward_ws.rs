@@ -36,6 +36,14 @@
 //! state entering each chunk (as bf16, the inter-chunk product's rounding) at the end of the
 //! previous chunk's iteration, and θ entering each chunk as it forms that chunk's tables.
 //!
+//! The segment-state pass of a split call (`segment_state_ws_*`, `STATES`): the same roles and
+//! hand-offs with the producer staging and filling k̂ alone (each half-warp two of a row's four
+//! times) and each consumer running its head's state pass alone (x_w, the decay, the state
+//! product, the tables without the score weights), from a zero state and zero angles; it writes
+//! each segment's end state, angle total and decay into the hand-off slots that the combine pass
+//! reads (the format of `chunked_forward_mma`'s pass, which it replaces for the calls this kernel
+//! runs).
+//!
 //! Precision: as the `mma.sync` tensor-core kernel (`chunked_forward_mma`): q̂ and k̂ biased and
 //! rotated in f32 and rounded once (biases rounded to bf16 first, as upstream casts them, added
 //! the same error to every token of a head, which the state accumulates: 1.01e-2 at S = 1000
@@ -236,7 +244,7 @@ fn unit_tile(base: u32, u: u32, tile: u32) -> u32 {
 /// # Safety
 /// The launch contract of the module docs.
 #[inline(always)]
-pub unsafe fn forward_ws<const CKPT: bool>(prm: &ForwardParams) {
+pub unsafe fn forward_ws<const CKPT: bool, const STATES: bool>(prm: &ForwardParams) {
     // Through a broadcast from lane 0, so that the compiler knows the warpgroup index (and every
     // tile address and descriptor derived from it) is uniform across the warp.
     let wg = shfl_idx_f32(f32::from_bits(thread_x() / 128), 0).to_bits();
@@ -246,20 +254,31 @@ pub unsafe fn forward_ws<const CKPT: bool>(prm: &ForwardParams) {
     unsafe {
         if wg == 0 {
             setmaxnreg_dec::<PRODUCER_REGS>();
-            producer(prm, &Work::new(prm), thread_x());
+            producer::<STATES>(prm, &Work::new(prm), thread_x());
         } else {
             setmaxnreg_inc::<CONSUMER_REGS>();
             let tid = thread_x();
-            consumer::<CKPT>(prm, &Work::new(prm), wg - 1, tid - 128 * wg);
+            if STATES {
+                consumer_states(prm, &Work::new(prm), wg - 1, tid - 128 * wg);
+            } else {
+                consumer::<CKPT>(prm, &Work::new(prm), wg - 1, tid - 128 * wg);
+            }
         }
     }
 }
 
 /// Issues the `cp.async` copies of chunk `k`'s raw rows into staging buffer `k mod 2`: raw q and
 /// k of the block's group (16 pieces of each of 64 rows per tensor, rows of times ≥ len
-/// zero-filled), and per unit (into v slot `k mod 3`) its v rows.
+/// zero-filled), and per unit (into v slot `k mod 3`) its v rows. `STATES` (the segment-state
+/// pass) stages no q.
 #[inline(always)]
-unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: u32) {
+unsafe fn stage_chunk<const STATES: bool>(
+    prm: &ForwardParams,
+    work: &Work,
+    base: u32,
+    k: u32,
+    tid: u32,
+) {
     let (c0, len) = work.chunk(k);
     let buf = base + L::RAW + (k & 1) * L::RAW_BYTES;
     let piece = tid % 16;
@@ -288,7 +307,9 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
                 (first, 0)
             };
             let dst = buf + rho * 256 + 16 * L::raw_piece(rho, piece);
-            cp_async_cg_16_zfill(dst, (prm.q + off) as *const u8, size);
+            if !STATES {
+                cp_async_cg_16_zfill(dst, (prm.q + off) as *const u8, size);
+            }
             cp_async_cg_16_zfill(dst + L::RAW_K, (prm.k + off) as *const u8, size);
         }
         let (t, piece) = (tid / 8, tid % 8);
@@ -377,9 +398,10 @@ fn shfl_idx_f64(value: f64, src: u32) -> f64 {
 /// `exp(A_last)` and the key scales `exp(Ā_i)·c_i` (bank `2u + k mod 2`); and the cosines and
 /// sines of angle `8·warp + lane mod 8` at times `4·(lane / 8) + i` (cos/sin bank `2u + k mod 2`),
 /// θ from `carry` (the angle entering the chunk, f64 in [0, 2π)). Returns the angle leaving the
-/// chunk, reduced. Every thread of the consumer calls it together.
+/// chunk, reduced. Every thread of the consumer calls it together. `STATES` (the segment-state
+/// pass, which has no scores and no outputs) writes neither the weights nor `exp(A_i)`.
 #[inline(always)]
-unsafe fn chunk_tables(
+unsafe fn chunk_tables<const STATES: bool>(
     base: u32,
     u: u32,
     k: u32,
@@ -424,7 +446,7 @@ unsafe fn chunk_tables(
     let cs = base + L::CS + bank * 16 * L::CS_STRIDE + L::cs_offset(angle);
     // SAFETY (whole body): indices inside the WT, EXPA, KSCALE and CS regions.
     unsafe {
-        for jj in 0..2u32 {
+        for jj in 0..if STATES { 0 } else { 2u32 } {
             let j = 2 * w + jj;
             let i = lane / 16 + 2 * j;
             let a_i = shfl_idx_f32(pre, i);
@@ -441,7 +463,9 @@ unsafe fn chunk_tables(
         let exp_a = exp(pre);
         let decay = shfl_idx_f32(exp_a, len - 1);
         if w == 0 && lane < C {
-            st_shared_f32(ea + 4 * lane, exp_a);
+            if !STATES {
+                st_shared_f32(ea + 4 * lane, exp_a);
+            }
             st_shared_f32(base + L::KSCALE + 64 * bank + 4 * lane, exp(suf) * c_s);
         }
         if w == 0 && lane == C {
@@ -456,9 +480,9 @@ unsafe fn chunk_tables(
     wrap_two_pi_f64(carry + total)
 }
 
-/// The producer warpgroup (thread `tid` < 128).
+/// The producer warpgroup (thread `tid` < 128); `STATES` (the segment-state pass) fills k̂ only.
 #[inline(always)]
-unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
+unsafe fn producer<const STATES: bool>(prm: &ForwardParams, work: &Work, tid: u32) {
     let base = layout_base();
     let chunks = work.chunks();
     // SAFETY (whole body): the launch contract; shared addresses inside the layout.
@@ -473,7 +497,7 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
             st_shared_v4_f32(base + L::BIAS + ((4 * u + r) * 2 + x) * 512 + 16 * i, v);
         }
         if chunks > 0 {
-            stage_chunk(prm, work, base, 0, tid);
+            stage_chunk::<STATES>(prm, work, base, 0, tid);
         }
         commit_group();
         for k in 0..chunks {
@@ -482,7 +506,7 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
             // with chunk k − 1's, whose buffer the next copies take.
             bar_sync::<PRODUCER, 128>();
             if k + 1 < chunks {
-                stage_chunk(prm, work, base, k + 1, tid);
+                stage_chunk::<STATES>(prm, work, base, k + 1, tid);
             }
             commit_group();
             for u in 0..2u32 {
@@ -493,7 +517,11 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 } else {
                     bar_sync::<{ EMPTY + 1 }, 256>();
                 }
-                fill_unit(base, u, k, tid);
+                if STATES {
+                    fill_unit::<true>(base, u, k, tid);
+                } else {
+                    fill_unit::<false>(base, u, k, tid);
+                }
                 wgmma::fence_proxy_async_shared();
                 if u == 0 {
                     bar_arrive::<FULL, 256>();
@@ -502,7 +530,7 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 }
             }
         }
-        if chunks == 0 || work.t_end != work.s_len as u32 {
+        if STATES || chunks == 0 || work.t_end != work.s_len as u32 {
             return;
         }
         // k̂ and raw v of the last token.
@@ -542,14 +570,21 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
 /// pieces of columns `8p..8p + 8` rotated with their partners `64 + 8p..`, and the biased-only
 /// pieces `32 + 8p..`, `96 + 8p..`. Each access is 16 bytes; the eight threads of a
 /// shared-memory phase (four pieces, times two apart) hit distinct bank groups in the staged
-/// rows, the tiles, the cos/sin table and the biases.
+/// rows, the tiles, the cos/sin table and the biases. `K_ONLY` (the segment-state pass) writes
+/// k̂ alone, each half-warp taking two of the four times: `tensor` (bit 4 of `tid`) then picks
+/// the times `t₀ + 8·tensor + 4j`, j < 2, instead of q or k.
 #[inline(always)]
-unsafe fn fill_unit(base: u32, u: u32, k: u32, tid: u32) {
+unsafe fn fill_unit<const K_ONLY: bool>(base: u32, u: u32, k: u32, tid: u32) {
     // Every address below is formed here at each call from fresh copies of the thread's
     // constants: hoisted out of the chunk loop, the row addresses of both units would be held
     // across it (and spilled).
     let (base, tid) = (fresh_u32(base), fresh_u32(tid));
-    let (r, x, p) = (tid / 32, (tid / 16) % 2, tid % 4);
+    let (r, tensor, p) = (tid / 32, (tid / 16) % 2, tid % 4);
+    let (x, times) = if K_ONLY {
+        (1, 2 * tensor..2 * tensor + 2)
+    } else {
+        (tensor, 0..4)
+    };
     let t0 = (tid / 8) % 2 + 2 * ((tid / 4) % 2);
     // The rows' swizzle (the staged rows' `raw_piece` and the tiles' 128-byte swizzle agree):
     // `2·(t mod 4) + r mod 2`, the same at each of the thread's times.
@@ -575,7 +610,7 @@ unsafe fn fill_unit(base: u32, u: u32, k: u32, tid: u32) {
             let [b4, b5, b6, b7] = ld_shared_v4_f32(bias_at + 128 * g + 64);
             [b0, b1, b2, b3, b4, b5, b6, b7]
         });
-        for j in 0..4u32 {
+        for j in times {
             // Time t₀ + 4j: staged rows 16j further on, tile rows 16j, table rows 4j. Every
             // read of the time before its first write (the `asm!` reads and writes keep their
             // order).
@@ -675,7 +710,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             if CKPT {
                 store_checkpoint_theta(prm, k, carry);
             }
-            carry = chunk_tables(base, u, k, work.chunk(k).1, ct, x, carry);
+            carry = chunk_tables::<false>(base, u, k, work.chunk(k).1, ct, x, carry);
         }
         if CKPT && chunks > 0 {
             store_checkpoint_state(prm, 0, &state);
@@ -723,7 +758,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             // The chunk's x and x_w (the products before this chunk's are retired), while
             // the scores run.
             let base = fresh_u32(base);
-            write_x(
+            write_x::<false>(
                 base + u * L::UNIT_BYTES,
                 base + L::KSCALE + 64 * bank,
                 base + L::MIMO_V + 1024 * u,
@@ -928,7 +963,8 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                     store_checkpoint_theta(prm, k + 2, carry);
                 }
                 let base = fresh_u32(base);
-                carry = chunk_tables(base, u, k + 2, work.chunk(k + 2).1, ct, ahead, carry);
+                carry =
+                    chunk_tables::<false>(base, u, k + 2, work.chunk(k + 2).1, ct, ahead, carry);
             }
             if CKPT && k + 1 < chunks {
                 store_checkpoint_state(prm, k + 1, &state);
@@ -956,6 +992,123 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                     st_global_v2_f32(prm.final_ssm + 4 * e as u64, [st[2 * hh], st[2 * hh + 1]]);
                 }
             }
+        }
+    }
+}
+
+/// Consumer `u` (thread `ct` < 128 of warpgroup `u + 1`) of the segment-state pass: from a zero
+/// state and zero angles, each chunk's state update `H ← exp(A_last)·H + x_wᵀ·k̂` alone (x_w
+/// written while the producer fills the other unit, no scores or outputs), then the segment's
+/// end state, angle total and decay into its hand-off slot (`ForwardParams::seg_state`,
+/// `seg_theta`, `seg_decay`, the format of every segment-state pass). The chunk's tables are
+/// formed as in [`consumer`] (two chunks ahead), so that the state matches the forward's own.
+#[inline(always)]
+unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
+    let base = layout_base();
+    let lane = ct % 32;
+    let h = work.h0 + u as usize;
+    let chunks = work.chunks();
+    let tiles = base + u * L::UNIT_BYTES;
+    // SAFETY (whole body): the launch contract; shared addresses inside the layout, global ones
+    // inside the hand-off slot of this unit's segment.
+    unsafe {
+        {
+            let at = (h * R as usize + (ct / 32) as usize) * P as usize + 2 * lane as usize;
+            let mv = [ldg(prm.mimo_v, at), ldg(prm.mimo_v, at + 1)];
+            st_shared_v2_f32(base + L::MIMO_V + 1024 * u + 32 * lane + 8 * (ct / 32), mv);
+        }
+        let mut carry = 0.0f64;
+        for k in 0..chunks.min(2) {
+            let x = load_chunk_inputs(prm, work, k, u, ct);
+            carry = chunk_tables::<true>(base, u, k, work.chunk(k).1, ct, x, carry);
+        }
+        if chunks > 0 {
+            if u == 0 {
+                bar_arrive::<EMPTY, 256>();
+            } else {
+                bar_arrive::<{ EMPTY + 1 }, 256>();
+            }
+        }
+        let mut state = [[0.0f32; 4]; 16];
+        let mut seg_decay = 1.0f32;
+        for k in 0..chunks {
+            if u == 0 {
+                bar_sync::<FULL, 256>();
+            } else {
+                bar_sync::<{ FULL + 1 }, 256>();
+            }
+            let bank = 2 * u + (k & 1);
+            let decay = ld_shared_f32(base + L::EXPA + bank * 128 + 4 * C);
+            seg_decay *= decay;
+            let base = fresh_u32(base);
+            write_x::<true>(
+                base + u * L::UNIT_BYTES,
+                base + L::KSCALE + 64 * bank,
+                base + L::MIMO_V + 1024 * u,
+                base + L::V + (k % 3) * L::V_SLOT_BYTES + 2048 * u,
+                ct,
+            );
+            for st in state.iter_mut() {
+                for v in st.iter_mut() {
+                    *v *= decay;
+                }
+            }
+            wgmma::fence_proxy_async_shared();
+            // Every thread's x_w words are in before any warp's product reads them.
+            if u == 0 {
+                bar_sync::<CONSUMER, 128>();
+            } else {
+                bar_sync::<{ CONSUMER + 1 }, 128>();
+            }
+            wgmma::fence();
+            for kk in 0..4u32 {
+                wgmma::mma_m64n128k16_bf16::<true, true>(
+                    &mut state,
+                    wgmma::mn_major_desc(tiles + L::XW, 64, 16 * kk),
+                    wgmma::mn_major_desc(tiles + L::K, 64, 16 * kk),
+                    true,
+                );
+            }
+            wgmma::commit_group();
+            wgmma::wait_m64n128::<0>(&mut state);
+            if k + 1 < chunks {
+                if u == 0 {
+                    bar_arrive::<EMPTY, 256>();
+                } else {
+                    bar_arrive::<{ EMPTY + 1 }, 256>();
+                }
+            }
+            if k + 2 < chunks {
+                let (bx, by, bz, _) = block_and_thread_fresh();
+                let work = &Work::of_block(prm, bx, by, bz);
+                let ahead = load_chunk_inputs(prm, work, k + 2, u, ct);
+                let base = fresh_u32(base);
+                carry = chunk_tables::<true>(base, u, k + 2, work.chunk(k + 2).1, ct, ahead, carry);
+            }
+        }
+        let (work, u, ct) = consumer_place_fresh(prm);
+        if work.chunks() == 0 {
+            return;
+        }
+        let bh = work.b * work.heads + work.h0 + u as usize;
+        let slot = bh * (work.segments - 1) + work.seg;
+        let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
+        let at = slot * (P * N) as usize;
+        for (j, st) in state.iter().enumerate() {
+            for hh in 0..2usize {
+                let e = at + (p0 as usize + 8 * hh) * N as usize + 8 * j + 2 * q as usize;
+                st_global_v2_f32(prm.seg_state + 4 * e as u64, [st[2 * hh], st[2 * hh + 1]]);
+            }
+        }
+        if ct % 32 < 8 {
+            let angle = 8 * (ct / 32) + ct % 32;
+            let (hi, lo) = crate::chunked_forward::split_f64(carry);
+            let at = 2 * (slot * NA as usize + angle as usize);
+            stg(prm.seg_theta, at, hi);
+            stg(prm.seg_theta, at + 1, lo);
+        }
+        if ct == 0 {
+            stg(prm.seg_decay, slot, seg_decay);
         }
     }
 }
@@ -1065,9 +1218,9 @@ unsafe fn load_z(
 /// Writes consumer thread `ct`'s words of its unit's x and x_w tiles (at `tiles`): rows of times
 /// `4·(ct / 32) + i` (every rank), columns `2·(ct mod 32)`, `+ 1`, from the staged raw v rows
 /// at `v_rows`, the unit's mimo_v table at `mimo_v` and the key scales at `kscale`. Each warp
-/// writes whole rows.
+/// writes whole rows. `XW_ONLY` (the segment-state pass) writes x_w alone.
 #[inline(always)]
-unsafe fn write_x(tiles: u32, kscale: u32, mimo_v: u32, v_rows: u32, ct: u32) {
+unsafe fn write_x<const XW_ONLY: bool>(tiles: u32, kscale: u32, mimo_v: u32, v_rows: u32, ct: u32) {
     // From a fresh copy: the sixteen row offsets below would otherwise be hoisted out of the
     // chunk loop and held across it.
     let ct = fresh_u32(ct);
@@ -1085,7 +1238,9 @@ unsafe fn write_x(tiles: u32, kscale: u32, mimo_v: u32, v_rows: u32, ct: u32) {
             for (r, mr) in mv.iter().enumerate() {
                 let at = mamba3_abi::swizzle128_offset(64, L::tile_row(t, r as u32), 2 * lane);
                 let (x0, x1) = (v0 * mr[0], v1 * mr[1]);
-                st_shared_u32(tiles + L::X + at, pack_bf16x2(x0, x1));
+                if !XW_ONLY {
+                    st_shared_u32(tiles + L::X + at, pack_bf16x2(x0, x1));
+                }
                 st_shared_u32(tiles + L::XW + at, pack_bf16x2(x0 * ks[i], x1 * ks[i]));
             }
         }
@@ -1101,7 +1256,7 @@ unsafe fn write_x(tiles: u32, kscale: u32, mimo_v: u32, v_rows: u32, ct: u32) {
 pub unsafe extern "ptx-kernel" fn forward_ws_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
     crate::arch::barrier::exit_unless_sm90a();
     // SAFETY: forwarded to the caller.
-    unsafe { forward_ws::<false>(&params) }
+    unsafe { forward_ws::<false, false>(&params) }
 }
 
 /// [`forward_ws_bf16_r4_n128_p64_na32_c16`] that also writes the tensor-core backward's
@@ -1117,5 +1272,25 @@ pub unsafe extern "ptx-kernel" fn forward_ws_bf16_r4_n128_p64_na32_c16(params: F
 pub unsafe extern "ptx-kernel" fn forward_ws_ckpt_bf16_r4_n128_p64_na32_c16(params: ForwardParams) {
     crate::arch::barrier::exit_unless_sm90a();
     // SAFETY: forwarded to the caller.
-    unsafe { forward_ws::<true>(&params) }
+    unsafe { forward_ws::<true, false>(&params) }
+}
+
+/// The split forward's segment-state pass on the warp-specialized kernel's layout and roles
+/// (bf16, R = 4, N = 128, P = 64, Na = 32, C = 16): segments `0..K−1` from a zero state and zero
+/// angles, each block's two units writing their end states, angle totals and decays into the
+/// hand-off slots, which the combine pass then turns into the states the forward's segments start
+/// from. The producer stages and fills k̂ alone; the consumers run the state pass alone.
+///
+/// # Safety
+/// The launch contract of the module docs with grid `(H/2, B, K − 1)` and `segments = K ≥ 2`
+/// (no outputs, final states or checkpoints are written; the hand-off slots of segments
+/// `0..K−1` are), q, z and the output unread.
+#[cfg(target_arch = "nvptx64")]
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn segment_state_ws_bf16_r4_n128_p64_na32_c16(
+    params: ForwardParams,
+) {
+    crate::arch::barrier::exit_unless_sm90a();
+    // SAFETY: forwarded to the caller.
+    unsafe { forward_ws::<false, true>(&params) }
 }
