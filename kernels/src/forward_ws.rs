@@ -87,6 +87,27 @@ use crate::arch::wgmma;
 use crate::elem::{ldg, stg, Bf16, Elem};
 use crate::math::{exp, mul_silu_half_tanh_approx};
 
+/// [`bar_sync`] (`sync`) or [`bar_arrive`] (`arrive`) on named barrier `$id` for unit 0 and
+/// `$id + 1` for unit 1 (`$unit`): each unit (a consumer and its share of the producer) owns one
+/// of each pair. A macro, so that the id stays an immediate (a const generic `ID + 1` needs an
+/// unstable feature) and the branch stays the caller's, as written out by hand.
+macro_rules! bar_unit {
+    (sync, $id:expr, $threads:expr, $unit:expr) => {
+        if $unit == 0 {
+            bar_sync::<{ $id }, { $threads }>()
+        } else {
+            bar_sync::<{ $id + 1 }, { $threads }>()
+        }
+    };
+    (arrive, $id:expr, $threads:expr, $unit:expr) => {
+        if $unit == 0 {
+            bar_arrive::<{ $id }, { $threads }>()
+        } else {
+            bar_arrive::<{ $id + 1 }, { $threads }>()
+        }
+    };
+}
+
 /// A bf16 element as loaded (its bits), converted where it is used.
 type Bf16Bits = <Bf16 as Elem>::Raw;
 
@@ -512,22 +533,14 @@ unsafe fn producer<const STATES: bool>(prm: &ForwardParams, work: &Work, tid: u3
             for u in 0..2u32 {
                 // The consumer has written the chunk's angles (and, from the second chunk on,
                 // read the previous chunk's tiles).
-                if u == 0 {
-                    bar_sync::<EMPTY, 256>();
-                } else {
-                    bar_sync::<{ EMPTY + 1 }, 256>();
-                }
+                bar_unit!(sync, EMPTY, 256, u);
                 if STATES {
                     fill_unit::<true>(base, u, k, tid);
                 } else {
                     fill_unit::<false>(base, u, k, tid);
                 }
                 wgmma::fence_proxy_async_shared();
-                if u == 0 {
-                    bar_arrive::<FULL, 256>();
-                } else {
-                    bar_arrive::<{ FULL + 1 }, 256>();
-                }
+                bar_unit!(arrive, FULL, 256, u);
             }
         }
         if STATES || chunks == 0 || work.t_end != work.s_len as u32 {
@@ -680,15 +693,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
         let mut state = [[0.0f32; 4]; 16];
         if work.seg > 0 {
             let slot = bh * (work.segments - 1) + work.seg - 1;
-            let at = slot * (P * N) as usize;
-            for (j, st) in state.iter_mut().enumerate() {
-                for hh in 0..2usize {
-                    let e = at + (p0 as usize + 8 * hh) * N as usize + 8 * j + 2 * q as usize;
-                    let [x, y] = ld_global_v2_f32(prm.seg_state + 4 * e as u64);
-                    st[2 * hh] = x;
-                    st[2 * hh + 1] = y;
-                }
-            }
+            state = load_state_f32(prm.seg_state + 4 * (slot * (P * N) as usize) as u64, ct);
         }
         // mimo_v of the thread's x columns 2·lane, 2·lane + 1 (every rank) into the consumer's
         // own table.
@@ -716,19 +721,11 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             store_checkpoint_state(prm, 0, &state);
         }
         if chunks > 0 {
-            if u == 0 {
-                bar_arrive::<EMPTY, 256>();
-            } else {
-                bar_arrive::<{ EMPTY + 1 }, 256>();
-            }
+            bar_unit!(arrive, EMPTY, 256, u);
         }
         let mut z = load_z(prm, work, 0, h, (p0, q), has_z);
         for k in 0..chunks {
-            if u == 0 {
-                bar_sync::<FULL, 256>();
-            } else {
-                bar_sync::<{ FULL + 1 }, 256>();
-            }
+            bar_unit!(sync, FULL, 256, u);
             let bank = 2 * u + (k & 1);
             let decay = ld_shared_f32(base + L::EXPA + bank * 128 + 4 * C);
             let (q_at, k_at) = (tiles + L::Q, tiles + L::K);
@@ -843,11 +840,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             wgmma::fence_proxy_async_shared();
             let ea_at = fresh_u32(base) + L::EXPA + bank * 128 + 4 * q;
             let ea = [0u32, 1, 2, 3].map(|kk| ld_shared_f32(ea_at + 16 * kk));
-            if u == 0 {
-                bar_sync::<CONSUMER, 128>();
-            } else {
-                bar_sync::<{ CONSUMER + 1 }, 128>();
-            }
+            bar_unit!(sync, CONSUMER, 128, u);
             for kk in 0..4u32 {
                 wgmma::mma_m64n128k16_bf16::<true, true>(
                     &mut state,
@@ -878,11 +871,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             wgmma::wait_m64n64::<0>(&mut y);
             wgmma::wait_m64n128::<0>(&mut state);
             if k + 1 < chunks {
-                if u == 0 {
-                    bar_arrive::<EMPTY, 256>();
-                } else {
-                    bar_arrive::<{ EMPTY + 1 }, 256>();
-                }
+                bar_unit!(arrive, EMPTY, 256, u);
             }
             // The block's work re-formed (held across the products, it would spill); chunk
             // k + 2's inputs, loaded while the epilogue runs and used after it.
@@ -923,11 +912,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             }
             // The output rows share the score tile: every warp's slice of the intra-chunk
             // product (which reads all of it) has retired only once every warp is past its wait.
-            if u == 0 {
-                bar_sync::<CONSUMER, 128>();
-            } else {
-                bar_sync::<{ CONSUMER + 1 }, 128>();
-            }
+            bar_unit!(sync, CONSUMER, 128, u);
             // Column pairs (p, p + 1) through lanes g, g ^ 1: the even lane keeps times q and
             // 4 + q, the odd one 8 + q and 12 + q; one 4-byte store each.
             let odd = g % 2 == 1;
@@ -945,11 +930,7 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
                     st_shared_u32(out_rows + t * L::OUT_STRIDE + 2 * p, pack_bf16x2(lo, hi));
                 }
             }
-            if u == 0 {
-                bar_sync::<CONSUMER, 128>();
-            } else {
-                bar_sync::<{ CONSUMER + 1 }, 128>();
-            }
+            bar_unit!(sync, CONSUMER, 128, u);
             let (t, piece) = (ct / 8, ct % 8);
             if t < len {
                 let v = ld_shared_v4_f32(out_rows + t * L::OUT_STRIDE + 16 * piece);
@@ -974,7 +955,6 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
         // would spill.
         let (work, u, ct) = consumer_place_fresh(prm);
         let bh = work.b * work.heads + work.h0 + u as usize;
-        let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
         let at_end = work.chunks() > 0 && work.t_end == work.s_len as u32;
         if at_end && prm.final_theta != 0 && ct % 32 < 8 {
             let angle = 8 * (ct / 32) + ct % 32;
@@ -985,13 +965,11 @@ unsafe fn consumer<const CKPT: bool>(prm: &ForwardParams, work: &Work, u: u32, c
             );
         }
         if at_end && prm.final_ssm != 0 {
-            let at = bh * (P * N) as usize;
-            for (j, st) in state.iter().enumerate() {
-                for hh in 0..2usize {
-                    let e = at + (p0 as usize + 8 * hh) * N as usize + 8 * j + 2 * q as usize;
-                    st_global_v2_f32(prm.final_ssm + 4 * e as u64, [st[2 * hh], st[2 * hh + 1]]);
-                }
-            }
+            store_state_f32(
+                prm.final_ssm + 4 * (bh * (P * N) as usize) as u64,
+                ct,
+                &state,
+            );
         }
     }
 }
@@ -1023,20 +1001,12 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             carry = chunk_tables::<true>(base, u, k, work.chunk(k).1, ct, x, carry);
         }
         if chunks > 0 {
-            if u == 0 {
-                bar_arrive::<EMPTY, 256>();
-            } else {
-                bar_arrive::<{ EMPTY + 1 }, 256>();
-            }
+            bar_unit!(arrive, EMPTY, 256, u);
         }
         let mut state = [[0.0f32; 4]; 16];
         let mut seg_decay = 1.0f32;
         for k in 0..chunks {
-            if u == 0 {
-                bar_sync::<FULL, 256>();
-            } else {
-                bar_sync::<{ FULL + 1 }, 256>();
-            }
+            bar_unit!(sync, FULL, 256, u);
             let bank = 2 * u + (k & 1);
             let decay = ld_shared_f32(base + L::EXPA + bank * 128 + 4 * C);
             seg_decay *= decay;
@@ -1055,11 +1025,7 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             }
             wgmma::fence_proxy_async_shared();
             // Every thread's x_w words are in before any warp's product reads them.
-            if u == 0 {
-                bar_sync::<CONSUMER, 128>();
-            } else {
-                bar_sync::<{ CONSUMER + 1 }, 128>();
-            }
+            bar_unit!(sync, CONSUMER, 128, u);
             wgmma::fence();
             for kk in 0..4u32 {
                 wgmma::mma_m64n128k16_bf16::<true, true>(
@@ -1072,11 +1038,7 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             wgmma::commit_group();
             wgmma::wait_m64n128::<0>(&mut state);
             if k + 1 < chunks {
-                if u == 0 {
-                    bar_arrive::<EMPTY, 256>();
-                } else {
-                    bar_arrive::<{ EMPTY + 1 }, 256>();
-                }
+                bar_unit!(arrive, EMPTY, 256, u);
             }
             if k + 2 < chunks {
                 let (bx, by, bz, _) = block_and_thread_fresh();
@@ -1092,14 +1054,11 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
         }
         let bh = work.b * work.heads + work.h0 + u as usize;
         let slot = bh * (work.segments - 1) + work.seg;
-        let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
-        let at = slot * (P * N) as usize;
-        for (j, st) in state.iter().enumerate() {
-            for hh in 0..2usize {
-                let e = at + (p0 as usize + 8 * hh) * N as usize + 8 * j + 2 * q as usize;
-                st_global_v2_f32(prm.seg_state + 4 * e as u64, [st[2 * hh], st[2 * hh + 1]]);
-            }
-        }
+        store_state_f32(
+            prm.seg_state + 4 * (slot * (P * N) as usize) as u64,
+            ct,
+            &state,
+        );
         if ct % 32 < 8 {
             let angle = 8 * (ct / 32) + ct % 32;
             let (hi, lo) = crate::chunked_forward::split_f64(carry);
@@ -1111,6 +1070,54 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
             stg(prm.seg_decay, slot, seg_decay);
         }
     }
+}
+
+/// The f32 `(P, N)` state at `at` into consumer thread `ct`'s accumulators: `state[j][2hh + e]`
+/// is row `p0 + 8hh`, column `8j + 2q + e`, with `p0 = 16·(ct / 32) + (ct mod 32) / 4` and
+/// `q = ct mod 4` (the `wgmma.m64n128` accumulator fragment of a state stored transposed).
+///
+/// # Safety
+/// `at` is an 8-byte aligned global `(P, N)` f32 state.
+#[inline(always)]
+unsafe fn load_state_f32(at: u64, ct: u32) -> [[f32; 4]; 16] {
+    let mut state = [[0.0f32; 4]; 16];
+    for (j, st) in state.iter_mut().enumerate() {
+        for hh in 0..2usize {
+            // SAFETY: inside the state (the caller's contract).
+            let [x, y] = unsafe { ld_global_v2_f32(at + 4 * state_element(ct, j, hh)) };
+            st[2 * hh] = x;
+            st[2 * hh + 1] = y;
+        }
+    }
+    state
+}
+
+/// Consumer thread `ct`'s accumulators into the f32 `(P, N)` state at `at` (the layout of
+/// [`load_state_f32`]).
+///
+/// # Safety
+/// As [`load_state_f32`].
+#[inline(always)]
+unsafe fn store_state_f32(at: u64, ct: u32, state: &[[f32; 4]; 16]) {
+    for (j, st) in state.iter().enumerate() {
+        for hh in 0..2usize {
+            // SAFETY: inside the state (the caller's contract).
+            unsafe {
+                st_global_v2_f32(
+                    at + 4 * state_element(ct, j, hh),
+                    [st[2 * hh], st[2 * hh + 1]],
+                )
+            };
+        }
+    }
+}
+
+/// The element index in a `(P, N)` state of consumer thread `ct`'s accumulator pair
+/// `state[j][2hh..2hh + 2]` ([`load_state_f32`]).
+#[inline(always)]
+fn state_element(ct: u32, j: usize, hh: usize) -> u64 {
+    let (p0, q) = (16 * (ct / 32) + (ct % 32) / 4, ct % 4);
+    ((p0 as usize + 8 * hh) * N as usize + 8 * j + 2 * q as usize) as u64
 }
 
 /// The consumer thread's place formed afresh from the block and thread indices (held across the
