@@ -785,6 +785,12 @@ fn emulated_warp_specialized_kernel_matches_golden() {
             geo(1, 21, 4, 1, 2, 128, 64, 32),
             opts(HalfSplit, Gated, false, false),
         ),
+        // Split into segments of four and five chunks: the segment-state pass's hand-offs over
+        // several chunks of both parities.
+        (
+            geo(1, 200, 4, 1, 2, 128, 64, 32),
+            opts(HalfSplit, Gated, true, true),
+        ),
     ];
     let mut worst = 0.0f64;
     for (i, (g, o)) in cases.into_iter().enumerate() {
