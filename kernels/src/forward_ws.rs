@@ -1003,6 +1003,10 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
         if chunks > 0 {
             bar_unit!(arrive, EMPTY, 256, u);
         }
+        // The inputs of the chunk whose tables the loop forms next: each iteration loads the
+        // chunk after that one while its product runs, so no load's latency stands in front of
+        // its tables (the pass has no epilogue to hide it, as the forward's does).
+        let mut ahead = load_chunk_inputs(prm, work, 2, u, ct);
         let mut state = [[0.0f32; 4]; 16];
         let mut seg_decay = 1.0f32;
         for k in 0..chunks {
@@ -1036,17 +1040,18 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
                 );
             }
             wgmma::commit_group();
+            let (bx, by, bz, _) = block_and_thread_fresh();
+            let work = &Work::of_block(prm, bx, by, bz);
+            let next = load_chunk_inputs(prm, work, k + 3, u, ct);
             wgmma::wait_m64n128::<0>(&mut state);
             if k + 1 < chunks {
                 bar_unit!(arrive, EMPTY, 256, u);
             }
             if k + 2 < chunks {
-                let (bx, by, bz, _) = block_and_thread_fresh();
-                let work = &Work::of_block(prm, bx, by, bz);
-                let ahead = load_chunk_inputs(prm, work, k + 2, u, ct);
                 let base = fresh_u32(base);
                 carry = chunk_tables::<true>(base, u, k + 2, work.chunk(k + 2).1, ct, ahead, carry);
             }
+            ahead = next;
         }
         let (work, u, ct) = consumer_place_fresh(prm);
         if work.chunks() == 0 {
