@@ -287,3 +287,109 @@ fn wgmma_bf16_reads_every_swizzled_operand_layout() {
         failures.join("\n")
     );
 }
+
+/// The f16 split (`mamba3_kernels::f16_split`: `hi + 2⁻¹¹·lo`, three binary16 passes) against an
+/// f64 product, for each way of summing the passes: whether it reaches float32 accuracy, and how
+/// much the tensor cores' own accumulation costs when the passes stay in it (the probe behind the
+/// f32 kernels' choice of fresh accumulators).
+#[test]
+fn wgmma_f16_split_reaches_f32_accuracy() {
+    let gpu = gpu_or_skip!();
+    let unit = primitives::SplitProduct {
+        lo_scaled: true,
+        fresh_every: Some(1),
+    };
+    if !mamba3::has_wgmma(gpu.compute_capability()) {
+        let refused =
+            primitives::wgmma_f16_split_m64n64k128(&gpu, &[0.0; 64 * 128], &[0.0; 128 * 64], unit);
+        assert!(
+            matches!(refused, Err(mamba3::Error::Architecture { .. })),
+            "a wgmma launch off compute capability 9.0 must be refused, got {refused:?}"
+        );
+        eprintln!(
+            "SKIPPED: wgmma needs compute capability 9.0 (the launch was refused as it must be)"
+        );
+        return;
+    }
+    let bad = primitives::wgmma_f16_split_m64n64k128(
+        &gpu,
+        &[0.0; 64 * 128],
+        &[0.0; 128 * 64],
+        primitives::SplitProduct {
+            lo_scaled: true,
+            fresh_every: Some(2),
+        },
+    );
+    assert!(
+        matches!(
+            bad,
+            Err(mamba3::Error::InvalidArgument {
+                arg: "fresh_every",
+                ..
+            })
+        ),
+        "fresh_every = 2 must be refused by name, got {bad:?}"
+    );
+    let mut rng = Rng::new(11);
+    // Normal entries; entries spread over 2⁻⁶ … 2⁸ (inside binary16's normal range); and
+    // positive entries, whose products all add up (the worst case for a truncating sum).
+    let mut normal = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
+    let (a_unit, b_unit) = (normal(64 * 128), normal(128 * 64));
+    let mut rng = Rng::new(12);
+    let mut spread = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let e = (rng.next_u64() % 15) as i32 - 6;
+                (rng.normal() * 2f64.powi(e)) as f32
+            })
+            .collect()
+    };
+    let (a_wide, b_wide) = (spread(64 * 128), spread(128 * 64));
+    let mut rng = Rng::new(13);
+    let mut positive =
+        |n: usize| -> Vec<f32> { (0..n).map(|_| rng.uniform_range(0.5, 1.5) as f32).collect() };
+    let (a_pos, b_pos) = (positive(64 * 128), positive(128 * 64));
+    let cases = [
+        ("normal", &a_unit, &b_unit),
+        ("spread 2^-6..2^8", &a_wide, &b_wide),
+        ("positive", &a_pos, &b_pos),
+    ];
+    let mut failures = Vec::new();
+    for (name, a, b) in cases {
+        let af: Vec<f64> = a.iter().map(|x| *x as f64).collect();
+        let bf: Vec<f64> = b.iter().map(|x| *x as f64).collect();
+        let (want, mag) = matmul_ref(&af, &bf, &[0.0; 64 * 64], 64, 128, 64);
+        let peak = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+        for lo_scaled in [true, false] {
+            for fresh_every in [None, Some(4), Some(1)] {
+                let how = primitives::SplitProduct {
+                    lo_scaled,
+                    fresh_every,
+                };
+                let d = primitives::wgmma_f16_split_m64n64k128(&gpu, a, b, how).unwrap();
+                let err = worst(&d, &want, &mag);
+                let err_peak = d
+                    .iter()
+                    .zip(&want)
+                    .map(|(g, w)| (*g as f64 - w).abs())
+                    .fold(0.0, common::nan_max)
+                    / peak;
+                eprintln!(
+                    "f16 split, {name}: lo scaled {lo_scaled}, fresh every {fresh_every:?}: worst error / Σ|ab| = {err:.2e}, max error / max|ab| = {err_peak:.2e}"
+                );
+                // Every form holds ~2⁻¹⁷ (a layout or split error shows as ≥ 2⁻¹¹); the one the
+                // f32 kernels build on, a fresh accumulator per step and a scaled `lo`, holds
+                // float32 accuracy (the TF32 three-pass split's 2e-6 bound).
+                let bound = if how == unit { 2e-6 } else { 1e-5 };
+                if err.is_nan() || err > bound {
+                    failures.push(format!("{name}, {how:?}: {err:e} > {bound:e}"));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "f16 split products off:\n{}",
+        failures.join("\n")
+    );
+}

@@ -62,6 +62,11 @@ pub const NOT_SM90A_INSTRUCTION_MARKER: &str = "// mamba3-not-sm90a";
 /// (16 KB) and B (32 KB) tiles plus the slack that aligns them to the 1024-byte swizzle group.
 pub const WGMMA_TEST_SMEM: u32 = 48 * 1024 + 1024;
 
+/// Dynamic shared memory of the split-operand self-test kernel `prim_wgmma_f16_split_m64n64k128`:
+/// the `hi` and `lo` tiles of A (64×128 binary16, 16 KB each) and of B (64×128, 16 KB each) plus
+/// the slack that aligns them to the 1024-byte swizzle group.
+pub const WGMMA_SPLIT_TEST_SMEM: u32 = 64 * 1024 + 1024;
+
 /// Warps per block of the decode kernel.
 pub const DECODE_WARPS: u32 = 4;
 

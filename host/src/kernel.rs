@@ -20,6 +20,9 @@ pub enum Kernel {
     /// Eight `wgmma.m64n128k16` bf16→f32 from swizzled shared tiles (self-test; compute
     /// capability 9.0 only).
     PrimWgmmaBf16M64n128k128,
+    /// Eight k16 steps of `wgmma.m64n64k16` binary16 passes on f32 operands split into `hi` and
+    /// `lo` (self-test and accumulation probe; compute capability 9.0 only).
+    PrimWgmmaF16SplitM64n64k128,
     /// Decode, f32 activations, rank 1.
     DecodeF32R1,
     /// Decode, f32 activations, rank 2.
@@ -207,7 +210,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 84] = [
+    pub const ALL: [Kernel; 85] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -215,6 +218,7 @@ impl Kernel {
         Kernel::PrimWarpScan,
         Kernel::PrimSincos,
         Kernel::PrimWgmmaBf16M64n128k128,
+        Kernel::PrimWgmmaF16SplitM64n64k128,
         Kernel::DecodeF32R1,
         Kernel::DecodeF32R2,
         Kernel::DecodeF32R4,
@@ -309,6 +313,7 @@ impl Kernel {
         matches!(
             self,
             Kernel::PrimWgmmaBf16M64n128k128
+                | Kernel::PrimWgmmaF16SplitM64n64k128
                 | Kernel::ForwardWgBf16R4N128P64Na32C16
                 | Kernel::ForwardWsBf16R4N128P64Na32C16
                 | Kernel::ForwardWsCkptBf16R4N128P64Na32C16
@@ -343,6 +348,7 @@ impl Kernel {
             Kernel::PrimWarpScan => "prim_warp_scan",
             Kernel::PrimSincos => "prim_sincos",
             Kernel::PrimWgmmaBf16M64n128k128 => "prim_wgmma_bf16_m64n128k128",
+            Kernel::PrimWgmmaF16SplitM64n64k128 => "prim_wgmma_f16_split_m64n64k128",
             Kernel::DecodeF32R1 => "decode_f32_r1",
             Kernel::DecodeF32R2 => "decode_f32_r2",
             Kernel::DecodeF32R4 => "decode_f32_r4",

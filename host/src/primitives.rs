@@ -249,3 +249,57 @@ pub fn wgmma_bf16_m64n128k128(
     unsafe { launch.run(cfg)? };
     download(gpu, &dd)
 }
+
+/// How [`wgmma_f16_split_m64n64k128`] splits its operands and sums the passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitProduct {
+    /// `lo` scaled by 2¹¹ and its products summed in their own accumulator (else `lo` unscaled,
+    /// every pass in one accumulator).
+    pub lo_scaled: bool,
+    /// How many k16 steps one accumulator takes before it is added to the running sum by an f32
+    /// add (1, 4); `None`: all eight steps in place in the tensor cores' accumulator.
+    pub fresh_every: Option<u32>,
+}
+
+/// `a·b` at float32 accuracy through three binary16 `wgmma.m64n64k16` passes per k16 step on
+/// operands split into `hi + lo` (`mamba3_kernels::f16_split`; one warpgroup, eight steps):
+/// `a` 64×128 `(m, k)` row-major, `b` 128×64 `(k, n)` row-major, both within binary16's range
+/// (`|x| < 65504`); returns the 64×64 f32 product row-major. A probe of the tensor cores'
+/// accumulation for the f32 kernels; compute capability 9.0 only ([`Error::Architecture`]
+/// elsewhere).
+pub fn wgmma_f16_split_m64n64k128(
+    gpu: &Gpu,
+    a: &[f32],
+    b: &[f32],
+    how: SplitProduct,
+) -> Result<Vec<f32>> {
+    check_len("a", a.len(), 64 * 128)?;
+    check_len("b", b.len(), 128 * 64)?;
+    let fresh = match how.fresh_every {
+        None => 0u32,
+        Some(1) => 1,
+        Some(4) => 2,
+        Some(other) => {
+            return Err(Error::invalid(
+                "fresh_every",
+                format!("Some({other})"),
+                "must be Some(1), Some(4) or None (in place)".to_string(),
+            ))
+        }
+    };
+    let (da, db) = (upload(gpu, a)?, upload(gpu, b)?);
+    let mut dd = zeros::<f32>(gpu, 64 * 64)?;
+    let mode = how.lo_scaled as u32 | fresh << 1;
+    let stream = gpu.default_stream();
+    let mut launch = gpu.launch(&stream, Kernel::PrimWgmmaF16SplitM64n64k128)?;
+    launch.arg(&da).arg(&db).arg(&mut dd).arg(&mode);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: mamba3_abi::WGMMA_SPLIT_TEST_SMEM,
+    };
+    // SAFETY: argument order and sizes match the kernel's contract (`WGMMA_SPLIT_TEST_SMEM`
+    // bytes).
+    unsafe { launch.run(cfg)? };
+    download(gpu, &dd)
+}

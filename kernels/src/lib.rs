@@ -24,6 +24,7 @@ pub mod decode_mma_tokens;
 pub mod decode_rows;
 pub mod decode_stream;
 pub mod elem;
+pub mod f16_split;
 pub mod forward_ws;
 pub mod frag;
 pub mod geometry;

@@ -308,3 +308,145 @@ pub unsafe extern "ptx-kernel" fn prim_wgmma_bf16_m64n128k128(
         }
     }
 }
+
+/// Stores the logical `rows × cols` f32 matrix `src` (row-major) split by
+/// [`crate::f16_split::split_f16x2`] into two swizzled binary16 tiles, `hi` and `lo`, laid out as
+/// [`store_swizzled`] lays out a bf16 tile (`transpose`: the columns of `src` as tile rows).
+unsafe fn store_split_swizzled<const SCALED: bool>(
+    (hi_tile, lo_tile): (u32, u32),
+    src: *const f32,
+    rows: u32,
+    cols: u32,
+    transpose: bool,
+) {
+    let (tile_rows, tile_cols) = if transpose {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    let at = |row: u32, col: u32| {
+        let (r, c) = if transpose { (col, row) } else { (row, col) };
+        // SAFETY: `r < rows`, `c < cols` (the caller's sizes).
+        unsafe { *src.add((r * cols + c) as usize) }
+    };
+    let mut pair = sreg::thread_x();
+    while pair < tile_rows * tile_cols / 2 {
+        let (row, col) = (pair / (tile_cols / 2), 2 * (pair % (tile_cols / 2)));
+        let (hi, lo) = crate::f16_split::split_f16x2::<SCALED>(at(row, col), at(row, col + 1));
+        let offset = wgmma::sw128_offset(tile_rows, row, col);
+        // SAFETY: inside the tiles the caller reserved.
+        unsafe {
+            sreg::st_shared_u32(hi_tile + offset, hi);
+            sreg::st_shared_u32(lo_tile + offset, lo);
+        }
+        pair += sreg::block_dim_x();
+    }
+}
+
+/// `acc += A·B` over one k16 step as the three binary16 passes of [`crate::f16_split`]: with a
+/// scaled `lo`, `hi·lo + lo·hi` into `small` and `hi·hi` into `acc`; unscaled, all three into
+/// `acc`, the small terms first. `start`: `acc` (and `small`) begin here (scale-d false).
+unsafe fn wgmma_split_step(
+    acc: &mut [[f32; 4]; 8],
+    small: &mut [[f32; 4]; 8],
+    (a_hi, a_lo, b_hi, b_lo): (u64, u64, u64, u64),
+    scaled: bool,
+    (start, small_start): (bool, bool),
+) {
+    // SAFETY: the kernel's contract (one warpgroup, tiles stored and fenced).
+    unsafe {
+        if scaled {
+            wgmma::mma_m64n64k16_f16::<false, false>(small, a_lo, b_hi, !small_start);
+            wgmma::mma_m64n64k16_f16::<false, false>(small, a_hi, b_lo, true);
+            wgmma::mma_m64n64k16_f16::<false, false>(acc, a_hi, b_hi, !start);
+        } else {
+            wgmma::mma_m64n64k16_f16::<false, false>(acc, a_lo, b_hi, !start);
+            wgmma::mma_m64n64k16_f16::<false, false>(acc, a_hi, b_lo, true);
+            wgmma::mma_m64n64k16_f16::<false, false>(acc, a_hi, b_hi, true);
+        }
+    }
+}
+
+/// `d = a·b` over K = 128 at float32 accuracy through `wgmma.m64n64k16` binary16 passes on split
+/// operands ([`crate::f16_split`]), a probe of how the tensor cores accumulate (compute capability
+/// 9.0 only).
+///
+/// One warpgroup (grid 1, block 128), dynamic shared memory [`mamba3_abi::WGMMA_SPLIT_TEST_SMEM`].
+/// `a`: 64×128 f32 `(m, k)` row-major; `b`: 128×64 f32 `(k, n)` row-major; `d`: 64×64 f32
+/// row-major. `mode` bit 0: `lo` scaled by 2¹¹ and its products summed in their own accumulator
+/// (else unscaled, every pass in one); bits 1–2: how the passes accumulate over the eight k16
+/// steps: 0 in place in the tensor cores' accumulator, 1 in a fresh accumulator per step and
+/// 2 per four steps, each added to the running sum by f32 adds (round to nearest).
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn prim_wgmma_f16_split_m64n64k128(
+    a: *const f32,
+    b: *const f32,
+    d: *mut f32,
+    mode: u32,
+) {
+    let tid = sreg::thread_x();
+    let base = (sreg::smem_base() + wgmma::GROUP_BYTES - 1) & !(wgmma::GROUP_BYTES - 1);
+    let (a_hi, a_lo, b_hi, b_lo) = (base, base + 16384, base + 32768, base + 49152);
+    let scaled = mode & 1 != 0;
+    let group = match (mode >> 1) & 3 {
+        0 => 8,
+        1 => 1,
+        _ => 4,
+    };
+    let mut sum = [[0.0f32; 4]; 8];
+    let mut fresh = [[0.0f32; 4]; 8];
+    let mut small = [[0.0f32; 4]; 8];
+    // SAFETY (whole body): sizes per the kernel contract; the tiles fit the reserved memory.
+    unsafe {
+        if scaled {
+            store_split_swizzled::<true>((a_hi, a_lo), a, 64, 128, false);
+            store_split_swizzled::<true>((b_hi, b_lo), b, 128, 64, true);
+        } else {
+            store_split_swizzled::<false>((a_hi, a_lo), a, 64, 128, false);
+            store_split_swizzled::<false>((b_hi, b_lo), b, 128, 64, true);
+        }
+        wgmma::fence_proxy_async_shared();
+        sreg::sync_threads();
+        for step in 0..8u32 {
+            let k0 = 16 * step;
+            let descs = (
+                wgmma::k_major_desc(a_hi, 64, k0),
+                wgmma::k_major_desc(a_lo, 64, k0),
+                wgmma::k_major_desc(b_hi, 64, k0),
+                wgmma::k_major_desc(b_lo, 64, k0),
+            );
+            wgmma::fence();
+            if group == 8 {
+                wgmma_split_step(&mut sum, &mut small, descs, scaled, (step == 0, step == 0));
+            } else {
+                let start = step % group == 0;
+                wgmma_split_step(&mut fresh, &mut small, descs, scaled, (start, step == 0));
+                if (step + 1) % group == 0 {
+                    wgmma::commit_group();
+                    wgmma::wait_all_m64n64(&mut fresh);
+                    for (s, f) in sum.iter_mut().zip(&fresh) {
+                        for e in 0..4 {
+                            s[e] += f[e];
+                        }
+                    }
+                }
+            }
+        }
+        wgmma::commit_group();
+        wgmma::wait_all_m64n64(&mut sum);
+        wgmma::wait_all_m64n64(&mut small);
+        let (warp, lane) = (tid / 32, tid % 32);
+        for (j, (tile, small_tile)) in sum.iter().zip(&small).enumerate() {
+            for e in 0..4 {
+                let value = if scaled {
+                    float::fma_rn(small_tile[e], crate::f16_split::LO_WEIGHT, tile[e])
+                } else {
+                    tile[e]
+                };
+                let row = 16 * warp + lane / 4 + 8 * (e as u32 / 2);
+                let col = 8 * j as u32 + 2 * (lane % 4) + e as u32 % 2;
+                *d.add((row * 64 + col) as usize) = value;
+            }
+        }
+    }
+}

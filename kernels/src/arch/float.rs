@@ -147,6 +147,33 @@ pub fn to_bf16(a: f32) -> u16 {
     d
 }
 
+/// `cvt.rn.f16x2.f32` (PTX ISA §9.7.9.21, sm_80): `lo` and `hi` rounded to IEEE binary16
+/// (nearest, ties to even; beyond ±65504 to ±infinity) and packed into one register, `lo` in the
+/// low half: the operand format of the f16 `mma` / `wgmma` forms.
+#[inline(always)]
+pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only conversion. The ISA's first source goes to the upper half.
+    unsafe {
+        asm!("cvt.rn.f16x2.f32 {d}, {h}, {l};", d = out(reg32) d, h = in(reg32) hi, l = in(reg32) lo,
+             options(pure, nomem, nostack))
+    };
+    d
+}
+
+/// `cvt.f32.f16` of both halves of a packed pair (PTX ISA §9.7.9.21): `(low, high)` widened
+/// exactly.
+#[inline(always)]
+pub fn unpack_f16x2(pair: u32) -> (f32, f32) {
+    let (lo, hi): (f32, f32);
+    // SAFETY: register-only conversions.
+    unsafe {
+        asm!("{{ .reg .b16 %fl, %fh; mov.b32 {{%fl, %fh}}, {p}; cvt.f32.f16 {l}, %fl; cvt.f32.f16 {h}, %fh; }}",
+             l = out(reg32) lo, h = out(reg32) hi, p = in(reg32) pair, options(pure, nomem, nostack))
+    };
+    (lo, hi)
+}
+
 /// `cvt.rn.bf16x2.f32` (PTX ISA §9.7.9.21, sm_80): `lo` and `hi` rounded to bf16 (nearest, ties
 /// to even) and packed into one register, `lo` in the low half: the operand format of the bf16
 /// `mma` fragments and of packed bf16 stores.

@@ -80,15 +80,16 @@ macro_rules! acc_list_n64 {
     };
 }
 
-/// One `wgmma.mma_async` instruction for `$shape` (`"m64n64k16"`) with the immediates `$trans`
+/// One `wgmma.mma_async` instruction for `$shape` (`"m64n64k16"`) on `$ty` operands (`"bf16"`,
+/// `"f16"`) with the immediates `$trans`
 /// (`"imm-trans-a, imm-trans-b"`); the accumulators `$acc` (tiles `[$j]`) are the positional
 /// operands, tile by tile.
 macro_rules! wgmma_asm {
-    ($shape:literal, $list:ident, $trans:literal, $acc:ident, $a:ident, $b:ident, $sd:ident, [$($j:literal)*]) => {
+    ($shape:literal, $ty:literal, $list:ident, $trans:literal, $acc:ident, $a:ident, $b:ident, $sd:ident, [$($j:literal)*]) => {
         asm!(
             concat!(
                 "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
-                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty, " {{",
                 $list!(),
                 "}}, {a}, {b}, %wgd, 1, 1, ", $trans, "; }}"
             ),
@@ -105,11 +106,12 @@ macro_rules! wgmma_asm {
 /// The public `wgmma` entry for one shape: `$name::<TRANS_A, TRANS_B>` over an accumulator tile
 /// of `[$j]` n8 tiles, waited for by `$wait`.
 macro_rules! wgmma_mma {
-    ($name:ident, $wait:ident, $shape:literal, $n:literal, $list:ident, [$($j:literal)*]) => {
+    ($name:ident, $wait:ident, $shape:literal, $ty:literal, $n:literal, $list:ident, [$($j:literal)*]) => {
         #[doc = concat!(
-            "`wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16` (PTX ISA §9.7.15.5.2): ",
+            "`wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty,
+            "` (PTX ISA §9.7.15.5.2): ",
             "issues `acc ← A·B (+ acc when scale_d)` for the warpgroup, A 64×16 and B 16×", $n,
-            " bf16 in shared memory through the descriptors `a` and `b` ([`sw128_desc`]); ",
+            " ", $ty, " in shared memory through the descriptors `a` and `b` ([`sw128_desc`]); ",
             "`TRANS_A` / `TRANS_B` select the M-/N-major layout (else K-major). Thread `t` of the ",
             "warpgroup owns `acc[j]` = rows `16·(t/32) + (t%32)/4` (elements 0, 1) and that + 8 ",
             "(elements 2, 3), columns `8j + 2·(t%4)` and + 1: the `mma.m16n8` accumulator map of ",
@@ -134,10 +136,10 @@ macro_rules! wgmma_mma {
             // SAFETY: the caller's contract.
             unsafe {
                 match (TRANS_A, TRANS_B) {
-                    (false, false) => wgmma_asm!($shape, $list, "0, 0", acc, a, b, sd, [$($j)*]),
-                    (false, true) => wgmma_asm!($shape, $list, "0, 1", acc, a, b, sd, [$($j)*]),
-                    (true, false) => wgmma_asm!($shape, $list, "1, 0", acc, a, b, sd, [$($j)*]),
-                    (true, true) => wgmma_asm!($shape, $list, "1, 1", acc, a, b, sd, [$($j)*]),
+                    (false, false) => wgmma_asm!($shape, $ty, $list, "0, 0", acc, a, b, sd, [$($j)*]),
+                    (false, true) => wgmma_asm!($shape, $ty, $list, "0, 1", acc, a, b, sd, [$($j)*]),
+                    (true, false) => wgmma_asm!($shape, $ty, $list, "1, 0", acc, a, b, sd, [$($j)*]),
+                    (true, true) => wgmma_asm!($shape, $ty, $list, "1, 1", acc, a, b, sd, [$($j)*]),
                 }
             }
         }
@@ -374,8 +376,11 @@ wgmma_wait_pending!(wait_m64n64, "m64n64", acc_list_n64, [0 1 2 3 4 5 6 7]);
 wgmma_wait_pending!(wait_m64n128, "m64n128", acc_list_n128,
     [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
 
-wgmma_mma!(mma_m64n64k16_bf16, wait_all_m64n64, "m64n64k16", "64", acc_list_n64, [0 1 2 3 4 5 6 7]);
-wgmma_mma!(mma_m64n128k16_bf16, wait_all_m64n128, "m64n128k16", "128", acc_list_n128,
+wgmma_mma!(mma_m64n64k16_bf16, wait_all_m64n64, "m64n64k16", "bf16", "64", acc_list_n64,
+    [0 1 2 3 4 5 6 7]);
+wgmma_mma!(mma_m64n64k16_f16, wait_all_m64n64, "m64n64k16", "f16", "64", acc_list_n64,
+    [0 1 2 3 4 5 6 7]);
+wgmma_mma!(mma_m64n128k16_bf16, wait_all_m64n128, "m64n128k16", "bf16", "128", acc_list_n128,
     [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
 wgmma_wait!(wait_all_m64n64, "m64n64", acc_list_n64, [0 1 2 3 4 5 6 7]);
 wgmma_wait!(wait_all_m64n128, "m64n128", acc_list_n128, [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]);
