@@ -226,6 +226,16 @@ fn sincos_is_accurate_to_f32_up_to_1e5() {
     );
 }
 
+/// On a device without `wgmma`: asserts that the launch was refused as it must be and says that
+/// the test is skipped.
+fn skip_refused_off_wgmma<T: std::fmt::Debug>(refused: mamba3::Result<T>) {
+    assert!(
+        matches!(refused, Err(mamba3::Error::Architecture { .. })),
+        "a wgmma launch off compute capability 9.0 must be refused, got {refused:?}"
+    );
+    eprintln!("SKIPPED: wgmma needs compute capability 9.0 (the launch was refused as it must be)");
+}
+
 #[test]
 fn wgmma_bf16_reads_every_swizzled_operand_layout() {
     let gpu = gpu_or_skip!();
@@ -235,19 +245,12 @@ fn wgmma_bf16_reads_every_swizzled_operand_layout() {
             b_n_major: false,
             exchange_offsets: false,
         };
-        let refused = primitives::wgmma_bf16_m64n128k128(
+        skip_refused_off_wgmma(primitives::wgmma_bf16_m64n128k128(
             &gpu,
             &[bf16::ZERO; 64 * 128],
             &[bf16::ZERO; 128 * 128],
             layout,
-        );
-        assert!(
-            matches!(refused, Err(mamba3::Error::Architecture { .. })),
-            "a wgmma launch off compute capability 9.0 must be refused, got {refused:?}"
-        );
-        eprintln!(
-            "SKIPPED: wgmma needs compute capability 9.0 (the launch was refused as it must be)"
-        );
+        ));
         return;
     }
     let mut rng = Rng::new(7);
@@ -300,15 +303,12 @@ fn wgmma_f16_split_reaches_f32_accuracy() {
         fresh_every: Some(1),
     };
     if !mamba3::has_wgmma(gpu.compute_capability()) {
-        let refused =
-            primitives::wgmma_f16_split_m64n64k128(&gpu, &[0.0; 64 * 128], &[0.0; 128 * 64], unit);
-        assert!(
-            matches!(refused, Err(mamba3::Error::Architecture { .. })),
-            "a wgmma launch off compute capability 9.0 must be refused, got {refused:?}"
-        );
-        eprintln!(
-            "SKIPPED: wgmma needs compute capability 9.0 (the launch was refused as it must be)"
-        );
+        skip_refused_off_wgmma(primitives::wgmma_f16_split_m64n64k128(
+            &gpu,
+            &[0.0; 64 * 128],
+            &[0.0; 128 * 64],
+            unit,
+        ));
         return;
     }
     let bad = primitives::wgmma_f16_split_m64n64k128(

@@ -202,11 +202,18 @@ pub unsafe extern "ptx-kernel" fn prim_sincos(x: *const f32, s: *mut f32, c: *mu
     }
 }
 
-/// Stores the logical `rows × cols` bf16 matrix `src` (row-major, `(r, c)` at `r·cols + c`) into a
-/// swizzled tile at `tile`: K-major (`transpose` false) keeps its rows as tile rows; M-/N-major
-/// (`transpose` true) stores its columns as tile rows. Every thread of the block takes a share of
-/// the packed pairs.
-unsafe fn store_swizzled(tile: u32, src: *const u16, rows: u32, cols: u32, transpose: bool) {
+/// Walks the logical `rows × cols` matrix `src` (row-major, `(r, c)` at `r·cols + c`) as a
+/// swizzled tile's packed element pairs: K-major (`transpose` false) keeps its rows as tile rows;
+/// M-/N-major (`transpose` true) stores its columns as tile rows. Every thread of the block takes
+/// a share of the pairs and calls `put(offset, first, second)` with the pair's byte offset in the
+/// tile and its two elements.
+unsafe fn for_each_swizzled_pair<T: Copy>(
+    src: *const T,
+    rows: u32,
+    cols: u32,
+    transpose: bool,
+    mut put: impl FnMut(u32, T, T),
+) {
     let (tile_rows, tile_cols) = if transpose {
         (cols, rows)
     } else {
@@ -220,14 +227,22 @@ unsafe fn store_swizzled(tile: u32, src: *const u16, rows: u32, cols: u32, trans
     let mut pair = sreg::thread_x();
     while pair < tile_rows * tile_cols / 2 {
         let (row, col) = (pair / (tile_cols / 2), 2 * (pair % (tile_cols / 2)));
-        // SAFETY: inside the tile the caller reserved.
-        unsafe {
-            sreg::st_shared_u32(
-                tile + wgmma::sw128_offset(tile_rows, row, col),
-                pack(at(row, col), at(row, col + 1)),
-            )
-        };
+        put(
+            wgmma::sw128_offset(tile_rows, row, col),
+            at(row, col),
+            at(row, col + 1),
+        );
         pair += sreg::block_dim_x();
+    }
+}
+
+/// Stores the bf16 matrix `src` into a swizzled tile at `tile` ([`for_each_swizzled_pair`]).
+unsafe fn store_swizzled(tile: u32, src: *const u16, rows: u32, cols: u32, transpose: bool) {
+    // SAFETY: the caller's sizes; stores inside the tile the caller reserved.
+    unsafe {
+        for_each_swizzled_pair(src, rows, cols, transpose, |offset, a, b| {
+            sreg::st_shared_u32(tile + offset, pack(a, b))
+        })
     }
 }
 
@@ -309,9 +324,8 @@ pub unsafe extern "ptx-kernel" fn prim_wgmma_bf16_m64n128k128(
     }
 }
 
-/// Stores the logical `rows × cols` f32 matrix `src` (row-major) split by
-/// [`crate::f16_split::split_f16x2`] into two swizzled binary16 tiles, `hi` and `lo`, laid out as
-/// [`store_swizzled`] lays out a bf16 tile (`transpose`: the columns of `src` as tile rows).
+/// Stores the f32 matrix `src` split by [`crate::f16_split::split_f16x2`] into two swizzled
+/// binary16 tiles, `hi` and `lo`, laid out as [`store_swizzled`] lays out a bf16 tile.
 unsafe fn store_split_swizzled<const SCALED: bool>(
     (hi_tile, lo_tile): (u32, u32),
     src: *const f32,
@@ -319,27 +333,13 @@ unsafe fn store_split_swizzled<const SCALED: bool>(
     cols: u32,
     transpose: bool,
 ) {
-    let (tile_rows, tile_cols) = if transpose {
-        (cols, rows)
-    } else {
-        (rows, cols)
-    };
-    let at = |row: u32, col: u32| {
-        let (r, c) = if transpose { (col, row) } else { (row, col) };
-        // SAFETY: `r < rows`, `c < cols` (the caller's sizes).
-        unsafe { *src.add((r * cols + c) as usize) }
-    };
-    let mut pair = sreg::thread_x();
-    while pair < tile_rows * tile_cols / 2 {
-        let (row, col) = (pair / (tile_cols / 2), 2 * (pair % (tile_cols / 2)));
-        let (hi, lo) = crate::f16_split::split_f16x2::<SCALED>(at(row, col), at(row, col + 1));
-        let offset = wgmma::sw128_offset(tile_rows, row, col);
-        // SAFETY: inside the tiles the caller reserved.
-        unsafe {
+    // SAFETY: the caller's sizes; stores inside the tiles the caller reserved.
+    unsafe {
+        for_each_swizzled_pair(src, rows, cols, transpose, |offset, a, b| {
+            let (hi, lo) = crate::f16_split::split_f16x2::<SCALED>(a, b);
             sreg::st_shared_u32(hi_tile + offset, hi);
             sreg::st_shared_u32(lo_tile + offset, lo);
-        }
-        pair += sreg::block_dim_x();
+        })
     }
 }
 
