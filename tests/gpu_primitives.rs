@@ -330,36 +330,9 @@ fn wgmma_f16_split_reaches_f32_accuracy() {
         ),
         "fresh_every = 2 must be refused by name, got {bad:?}"
     );
-    let mut rng = Rng::new(11);
-    // Normal entries; entries spread over 2⁻⁶ … 2⁸ (inside binary16's normal range); and
-    // positive entries, whose products all add up (the worst case for a truncating sum).
-    let mut normal = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
-    let (a_unit, b_unit) = (normal(64 * 128), normal(128 * 64));
-    let mut rng = Rng::new(12);
-    let mut spread = |n: usize| -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let e = (rng.next_u64() % 15) as i32 - 6;
-                (rng.normal() * 2f64.powi(e)) as f32
-            })
-            .collect()
-    };
-    let (a_wide, b_wide) = (spread(64 * 128), spread(128 * 64));
-    let mut rng = Rng::new(13);
-    let mut positive =
-        |n: usize| -> Vec<f32> { (0..n).map(|_| rng.uniform_range(0.5, 1.5) as f32).collect() };
-    let (a_pos, b_pos) = (positive(64 * 128), positive(128 * 64));
-    let cases = [
-        ("normal", &a_unit, &b_unit),
-        ("spread 2^-6..2^8", &a_wide, &b_wide),
-        ("positive", &a_pos, &b_pos),
-    ];
+    let cases = common::split_product_cases();
     let mut failures = Vec::new();
-    for (name, a, b) in cases {
-        let af: Vec<f64> = a.iter().map(|x| *x as f64).collect();
-        let bf: Vec<f64> = b.iter().map(|x| *x as f64).collect();
-        let (want, mag) = matmul_ref(&af, &bf, &[0.0; 64 * 64], 64, 128, 64);
-        let peak = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+    for (name, a, b) in &cases {
         for lo_scaled in [true, false] {
             for fresh_every in [None, Some(4), Some(1)] {
                 let how = primitives::SplitProduct {
@@ -367,13 +340,7 @@ fn wgmma_f16_split_reaches_f32_accuracy() {
                     fresh_every,
                 };
                 let d = primitives::wgmma_f16_split_m64n64k128(&gpu, a, b, how).unwrap();
-                let err = worst(&d, &want, &mag);
-                let err_peak = d
-                    .iter()
-                    .zip(&want)
-                    .map(|(g, w)| (*g as f64 - w).abs())
-                    .fold(0.0, common::nan_max)
-                    / peak;
+                let (err, err_peak) = common::split_product_errors(&d, a, b);
                 eprintln!(
                     "f16 split, {name}: lo scaled {lo_scaled}, fresh every {fresh_every:?}: worst error / Σ|ab| = {err:.2e}, max error / max|ab| = {err_peak:.2e}"
                 );

@@ -19,6 +19,7 @@ fn pack(lo: u16, hi: u16) -> u32 {
 ///
 /// One warp (grid 1, block 32). `a`: 16×16 bf16 bits, row-major; `b`: 16×8 bf16 bits indexed
 /// (k, n), row-major; `c`, `d`: 16×8 f32, row-major.
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_mma_bf16_m16n8k16(
     a: *const u16,
@@ -60,6 +61,7 @@ pub unsafe extern "ptx-kernel" fn prim_mma_bf16_m16n8k16(
 /// `d = tf32(a)·tf32(b) + c` with one `mma.m16n8k8` tf32 instruction.
 ///
 /// One warp. `a`: 16×8 f32 row-major; `b`: 8×8 f32 indexed (k, n) row-major; `c`, `d`: 16×8 f32.
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_mma_tf32_m16n8k8(
     a: *const f32,
@@ -100,6 +102,7 @@ pub unsafe extern "ptx-kernel" fn prim_mma_tf32_m16n8k8(
 ///
 /// One warp, 512 bytes of dynamic shared memory. `src`: 4×8×8 u16, matrix-major, row-major within;
 /// `out`: 32 lanes × 4 registers, lane-major.
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_ldmatrix_x4(src: *const u16, out: *mut u32, trans: u32) {
     let lane = sreg::lane_id();
@@ -129,6 +132,7 @@ pub unsafe extern "ptx-kernel" fn prim_ldmatrix_x4(src: *const u16, out: *mut u3
 ///
 /// One block of any width, `16·chunks` bytes of dynamic shared memory; `src` and `dst` 16-byte
 /// aligned.
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_cp_async(src: *const u8, dst: *mut u32, chunks: u32) {
     let base = sreg::smem_base();
@@ -157,6 +161,7 @@ pub unsafe extern "ptx-kernel" fn prim_cp_async(src: *const u8, dst: *mut u32, c
 /// 32 starting at `32·(i/32)`.
 ///
 /// Any grid of whole warps covering `n`; lanes past `n` scan the identity `(1, 0)`.
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_warp_scan(
     a: *const f32,
@@ -189,6 +194,7 @@ pub unsafe extern "ptx-kernel" fn prim_warp_scan(
 /// `s[i], c[i] = sin(x[i]), cos(x[i])` through [`math::sincos`].
 ///
 /// Any 1-D grid covering `n`.
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_sincos(x: *const f32, s: *mut f32, c: *mut f32, n: u32) {
     let i = sreg::block_x() * sreg::block_dim_x() + sreg::thread_x();
@@ -286,6 +292,7 @@ unsafe fn wgmma_k128<const TRANS_A: bool, const TRANS_B: bool>(
 /// `layout` bit 0: A stored M-major (else K-major); bit 1: B stored N-major (else K-major); bit 2:
 /// the M-/N-major descriptors with their leading and stride offsets exchanged (a diagnostic for
 /// the layout convention).
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_wgmma_bf16_m64n128k128(
     a: *const u16,
@@ -377,6 +384,7 @@ unsafe fn wgmma_split_step(
 /// (else unscaled, every pass in one); bits 1–2: how the passes accumulate over the eight k16
 /// steps: 0 in place in the tensor cores' accumulator, 1 in a fresh accumulator per step and
 /// 2 per four steps, each added to the running sum by f32 adds (round to nearest).
+#[cfg(target_arch = "nvptx64")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn prim_wgmma_f16_split_m64n64k128(
     a: *const f32,
@@ -384,6 +392,15 @@ pub unsafe extern "ptx-kernel" fn prim_wgmma_f16_split_m64n64k128(
     d: *mut f32,
     mode: u32,
 ) {
+    // SAFETY: forwarded to the caller.
+    unsafe { wgmma_f16_split_product(a, b, d, mode) }
+}
+
+/// The body of [`prim_wgmma_f16_split_m64n64k128`] (also run by the CPU emulation).
+///
+/// # Safety
+/// That kernel's contract.
+pub unsafe fn wgmma_f16_split_product(a: *const f32, b: *const f32, d: *mut f32, mode: u32) {
     let tid = sreg::thread_x();
     let base = (sreg::smem_base() + wgmma::GROUP_BYTES - 1) & !(wgmma::GROUP_BYTES - 1);
     let (a_hi, a_lo, b_hi, b_lo) = (base, base + 16384, base + 32768, base + 49152);

@@ -642,3 +642,54 @@ pub fn with_forward_rank(mut case: RandomCase) -> RandomCase {
     case.geometry.rank = [1, 2, 4, 8][(case.geometry.rank - 1) % 4];
     case
 }
+
+/// The operand sets of the binary16 split-product tests (`a` 64×128, `b` 128×64, row-major):
+/// normal entries; entries spread over 2⁻⁶ … 2⁸ (inside binary16's normal range); and positive
+/// entries, whose products all add up (the worst case for a truncating sum).
+pub fn split_product_cases() -> Vec<(&'static str, Vec<f32>, Vec<f32>)> {
+    use mamba3::golden::SplitMix64;
+    let mut rng = SplitMix64::new(11);
+    let mut normal = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
+    let (a_unit, b_unit) = (normal(64 * 128), normal(128 * 64));
+    let mut rng = SplitMix64::new(12);
+    let mut spread = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let e = (rng.next_u64() % 15) as i32 - 6;
+                (rng.normal() * 2f64.powi(e)) as f32
+            })
+            .collect()
+    };
+    let (a_wide, b_wide) = (spread(64 * 128), spread(128 * 64));
+    let mut rng = SplitMix64::new(13);
+    let mut positive =
+        |n: usize| -> Vec<f32> { (0..n).map(|_| rng.uniform_range(0.5, 1.5) as f32).collect() };
+    let (a_pos, b_pos) = (positive(64 * 128), positive(128 * 64));
+    vec![
+        ("normal", a_unit, b_unit),
+        ("spread 2^-6..2^8", a_wide, b_wide),
+        ("positive", a_pos, b_pos),
+    ]
+}
+
+/// Errors of a 64×64 product `d` of the split-product tests against the f64 product of `a`
+/// (64×128) and `b` (128×64): the worst `|d − ab| / Σ|a·b|` over the entries, and the largest
+/// `|d − ab|` over the largest `|ab|`.
+pub fn split_product_errors(d: &[f32], a: &[f32], b: &[f32]) -> (f64, f64) {
+    let (mut worst, mut err_max, mut peak) = (0.0f64, 0.0f64, 0.0f64);
+    for r in 0..64 {
+        for c in 0..64 {
+            let (mut s, mut mag) = (0.0f64, 0.0f64);
+            for k in 0..128 {
+                let t = a[r * 128 + k] as f64 * b[k * 64 + c] as f64;
+                s += t;
+                mag += t.abs();
+            }
+            let e = (d[r * 64 + c] as f64 - s).abs();
+            worst = nan_max(worst, e / mag);
+            err_max = nan_max(err_max, e);
+            peak = peak.max(s.abs());
+        }
+    }
+    (worst, err_max / peak)
+}

@@ -353,6 +353,16 @@ pub mod arch {
         pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
             to_bf16(lo) as u32 | ((to_bf16(hi) as u32) << 16)
         }
+        pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
+            half::f16::from_f32(lo).to_bits() as u32
+                | ((half::f16::from_f32(hi).to_bits() as u32) << 16)
+        }
+        pub fn unpack_f16x2(pair: u32) -> (f32, f32) {
+            (
+                half::f16::from_bits(pair as u16).to_f32(),
+                half::f16::from_bits((pair >> 16) as u16).to_f32(),
+            )
+        }
     }
 
     /// Emulated `mma.sync`: the warp's 32 lanes post their operand registers, then each lane
@@ -647,12 +657,14 @@ pub mod arch {
         #[allow(unused_imports)]
         pub use mamba3_abi::swizzle128::{
             advance as advance_desc, k_major as k_major_desc, k_major_offset,
-            mn_major as mn_major_desc, mn_major_offset,
+            mn_major as mn_major_desc, mn_major_offset, GROUP_BYTES,
         };
+        #[allow(unused_imports)]
+        pub use mamba3_abi::swizzle128_offset as sw128_offset;
 
-        /// The bf16 element at operand coordinates (`mn`, `k`) of descriptor `d`, M-/N-major
-        /// when `trans`.
-        fn element(d: u64, trans: bool, mn: u32, k: u32) -> f32 {
+        /// The element at operand coordinates (`mn`, `k`) of descriptor `d`, M-/N-major when
+        /// `trans`: bf16, or binary16 when `F16`.
+        fn element_of<const F16: bool>(d: u64, trans: bool, mn: u32, k: u32) -> f32 {
             let field = |shift: u32| (((d >> shift) & 0x3fff) << 4) as u32;
             let (start, leading, stride) = (field(0), field(16), field(32));
             if d >> 62 != 1 || (d >> 49) & 7 != 0 {
@@ -665,14 +677,24 @@ pub mod arch {
             };
             let addr = linear ^ (((linear >> 7) & 7) << 4);
             let word = super::super::smem_read(addr & !3);
-            f32::from_bits(if addr & 2 != 0 {
-                word & 0xffff_0000
+            let half_word = if addr & 2 != 0 {
+                word >> 16
             } else {
-                word << 16
-            })
+                word & 0xffff
+            };
+            if F16 {
+                half::f16::from_bits(half_word as u16).to_f32()
+            } else {
+                f32::from_bits(half_word << 16)
+            }
         }
 
-        fn mma<const TRANS_A: bool, const TRANS_B: bool>(
+        /// The bf16 element at operand coordinates (`mn`, `k`) of descriptor `d`.
+        fn element(d: u64, trans: bool, mn: u32, k: u32) -> f32 {
+            element_of::<false>(d, trans, mn, k)
+        }
+
+        fn mma_of<const TRANS_A: bool, const TRANS_B: bool, const F16: bool>(
             acc: &mut [[f32; 4]],
             a: u64,
             b: u64,
@@ -683,7 +705,7 @@ pub mod arch {
             let rows = [16 * w + g, 16 * w + g + 8];
             let a_rows = rows.map(|m| {
                 (0..16)
-                    .map(|k| element(a, TRANS_A, m, k))
+                    .map(|k| element_of::<F16>(a, TRANS_A, m, k))
                     .collect::<Vec<_>>()
             });
             for (j, tile) in acc.iter_mut().enumerate() {
@@ -691,11 +713,29 @@ pub mod arch {
                     let n = 8 * j as u32 + 2 * t + e as u32 % 2;
                     let mut sum = if scale_d { *v } else { 0.0 };
                     for (k, a_mk) in a_rows[e / 2].iter().enumerate() {
-                        sum += a_mk * element(b, TRANS_B, n, k as u32);
+                        sum += a_mk * element_of::<F16>(b, TRANS_B, n, k as u32);
                     }
                     *v = sum;
                 }
             }
+        }
+
+        fn mma<const TRANS_A: bool, const TRANS_B: bool>(
+            acc: &mut [[f32; 4]],
+            a: u64,
+            b: u64,
+            scale_d: bool,
+        ) {
+            mma_of::<TRANS_A, TRANS_B, false>(acc, a, b, scale_d);
+        }
+
+        pub unsafe fn mma_m64n64k16_f16<const TRANS_A: bool, const TRANS_B: bool>(
+            acc: &mut [[f32; 4]; 8],
+            a: u64,
+            b: u64,
+            scale_d: bool,
+        ) {
+            mma_of::<TRANS_A, TRANS_B, true>(acc, a, b, scale_d);
         }
 
         pub unsafe fn mma_m64n64k16_bf16<const TRANS_A: bool, const TRANS_B: bool>(
@@ -819,6 +859,9 @@ pub mod arch {
         }
         pub fn thread_x() -> u32 {
             super::super::with_ctx(|c| c.tid)
+        }
+        pub fn block_dim_x() -> u32 {
+            super::super::with_ctx(|c| c.launch.threads as u32)
         }
         pub fn block_x() -> u32 {
             super::super::with_ctx(|c| c.block.0)
@@ -1064,6 +1107,7 @@ pub mod warp_scan;
 pub type Buffer = (u64, u64, &'static str);
 
 mod memory;
+#[allow(unused_imports)]
 pub use memory::Memory;
 
 /// Runs `body` on every block of the grid `(x, y)`, block after block, each as `threads` OS
