@@ -1,6 +1,7 @@
 //! Self-test kernels: each exercises one device primitive on data the host can check with a plain
 //! loop (`mamba3_host::primitives`). They are entry points of the same PTX module as the real
-//! kernels, so the PTX gate assembles them too.
+//! kernels, so the PTX gate assembles them too. The entry points exist for nvptx only; a body the
+//! CPU emulation also runs (`tests/primitives_emulated.rs`) is a plain function beside its entry.
 //!
 //! # Safety (all entry points)
 //! Pointers are device pointers to buffers of at least the sizes stated per kernel; outputs do not
@@ -352,7 +353,8 @@ unsafe fn store_split_swizzled<const SCALED: bool>(
 
 /// `acc += A·B` over one k16 step as the three binary16 passes of [`crate::f16_split`]: with a
 /// scaled `lo`, `hi·lo + lo·hi` into `small` and `hi·hi` into `acc`; unscaled, all three into
-/// `acc`, the small terms first. `start`: `acc` (and `small`) begin here (scale-d false).
+/// `acc`, the small terms first. `start` / `small_start`: `acc` / `small` begin at this step
+/// (scale-d false).
 unsafe fn wgmma_split_step(
     acc: &mut [[f32; 4]; 8],
     small: &mut [[f32; 4]; 8],
