@@ -53,6 +53,13 @@ mod tf32x3;
 mod forward_ws;
 
 #[allow(clippy::all)]
+#[path = "../kernels/src/forward_ws_f32.rs"]
+mod forward_ws_f32;
+
+#[path = "../kernels/src/f16_split.rs"]
+mod f16_split;
+
+#[allow(clippy::all)]
 #[path = "../kernels/src/segment_state.rs"]
 mod segment_state;
 
@@ -145,6 +152,9 @@ enum Forward {
     /// The warp-specialized bf16 kernel (`forward_ws_*`, compute capability 9.0: two heads per
     /// block, a producer and two consumer warpgroups), races checked by happens-before.
     WarpSpecialized,
+    /// The warp-specialized f32 kernel (`forward_ws_f32_*`: one head per block, binary16 split
+    /// operands), after the TF32 kernel's segment-state pass, races checked by happens-before.
+    WarpSpecializedF32,
 }
 
 impl Forward {
@@ -157,6 +167,7 @@ impl Forward {
             Forward::TensorCoreWgmma => " tensor-core wgmma",
             Forward::TensorCoreUnits { .. } => " tensor-core batch-walking",
             Forward::WarpSpecialized => " warp-specialized",
+            Forward::WarpSpecializedF32 => " warp-specialized f32",
         }
     }
 }
@@ -294,6 +305,7 @@ fn run_emulated(
             | Forward::TensorCoreWgmma
             | Forward::TensorCoreUnits { .. }
             | Forward::WarpSpecialized
+            | Forward::WarpSpecializedF32
     );
     let tc_words = if bf16 {
         forward_mma_smem::BYTES
@@ -376,7 +388,16 @@ fn run_emulated(
             || unsafe { segment_state::segment_combine(&combine) },
         );
     }
-    if forward == Forward::WarpSpecialized {
+    if forward == Forward::WarpSpecializedF32 {
+        assert!(!bf16 && fixed_geometry(g, chunk, bf16) && init.is_none());
+        emulation::run_grid_hb(
+            (g.heads as u32, g.batch as u32, segments as u32),
+            mamba3_abi::FORWARD_WS_F32_THREADS as usize,
+            mamba3_abi::forward_ws_f32_smem::BYTES as usize / 4,
+            &mem.buffers,
+            || unsafe { forward_ws_f32::forward_ws_f32(&params) },
+        );
+    } else if forward == Forward::WarpSpecialized {
         assert!(bf16 && fixed_geometry(g, chunk, bf16) && init.is_none());
         assert!((g.heads / g.groups).is_multiple_of(2));
         emulation::run_grid_hb(
@@ -820,6 +841,66 @@ fn emulated_warp_specialized_kernel_matches_golden() {
         }
     }
     eprintln!("emulated warp-specialized kernel: worst error {worst:.2e}");
+}
+
+/// The warp-specialized f32 kernel (binary16 split operands on the `wgmma` of compute
+/// capability 9.0) against the golden model: odd lengths, S = 1, with and without z and D, G = 2,
+/// and split into segments after the TF32 kernel's segment-state pass and the combine pass, its
+/// named-barrier hand-offs race-checked by happens-before.
+#[test]
+fn emulated_warp_specialized_f32_kernel_matches_golden() {
+    use OutputMode::*;
+    use Rotation::*;
+    let cases = [
+        (
+            geo(1, 37, 4, 1, 1, 128, 64, 32),
+            opts(HalfSplit, Gated, true, true),
+        ),
+        (
+            geo(2, 16, 4, 2, 2, 128, 64, 32),
+            opts(HalfSplit, Gated, false, true),
+        ),
+        (
+            geo(1, 1, 4, 1, 1, 128, 64, 32),
+            opts(HalfSplit, Gated, true, false),
+        ),
+        (
+            geo(1, 21, 4, 1, 1, 128, 64, 32),
+            opts(HalfSplit, Gated, false, false),
+        ),
+        (
+            geo(1, 100, 4, 1, 1, 128, 64, 32),
+            opts(HalfSplit, Gated, true, true),
+        ),
+    ];
+    let mut worst = 0.0f64;
+    for (i, (g, o)) in cases.into_iter().enumerate() {
+        let case = Case {
+            geo: g,
+            chunk: 16,
+            opts: o,
+            bf16: false,
+        };
+        let seed = 500 + i as u64;
+        worst = worst.max(check_forward(
+            &case,
+            seed,
+            true,
+            1,
+            Forward::WarpSpecializedF32,
+        ));
+        if g.seq_len > 16 {
+            let segments = g.seq_len.div_ceil(16).min(3);
+            worst = worst.max(check_forward(
+                &case,
+                seed,
+                true,
+                segments,
+                Forward::WarpSpecializedF32,
+            ));
+        }
+    }
+    eprintln!("emulated warp-specialized f32 kernel: worst error {worst:.2e}");
 }
 
 /// The tokens after `prefix` of `case`'s random inputs (seed `seed`) and the state they start

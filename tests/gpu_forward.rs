@@ -402,10 +402,11 @@ fn tuned_upstream_cases() -> Vec<Case> {
     upstream_cases().into_iter().filter(tuned).collect()
 }
 
-/// On compute capability 9.0 the gated half-split bf16 calls of the benchmark geometry run the
-/// warp-specialized forward (on by default): the dispatch names it (and, split, its own
-/// segment-state pass), and it matches golden on upstream's benchmark-geometry cases (G = 1 and
-/// 2, split) and on edge calls: tails and a single
+/// On compute capability 9.0 the gated half-split calls of the benchmark geometry run the
+/// warp-specialized forwards (on by default; bf16 two heads per block, f32 one head on binary16
+/// split operands): the dispatch names them (and, split, bf16's own segment-state pass, f32's the
+/// TF32 one), and they match golden on upstream's benchmark-geometry cases (G = 1 and 2, split)
+/// and on edge calls: tails and a single
 /// chunk, S = 1 (the short-call kernel, which it does not cover), G = 2 with two heads per group,
 /// B = 3, S = 1000 whole and split (where biases rounded to bf16 before the add had shown as
 /// 1.01e-2); then the same edge calls switched off.
@@ -432,6 +433,16 @@ fn forward_dispatch_names_the_warp_specialized_kernel_and_it_matches_golden() {
         paths.first(),
         Some(&"segment_state_ws_bf16_r4_n128_p64_na32_c16"),
         "{paths:?}"
+    );
+    // The f32 calls run the f32 warp-specialized forward (binary16 split operands) after the TF32
+    // kernel's segment-state pass.
+    let ws_f32 = "forward_ws_f32_r4_n128_p64_na32_c16";
+    let paths_f32 = dispatch_paths_on_gpu(&gpu, &config_of::<f32>(&inp, cases[0].chunk));
+    assert_eq!(paths_f32.last(), Some(&ws_f32), "{paths_f32:?}");
+    assert_eq!(
+        paths_f32.first(),
+        Some(&"segment_state_mma_f32_r4_n128_p64_na32_c16"),
+        "{paths_f32:?}"
     );
     run_grid(
         &gpu,

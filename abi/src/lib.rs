@@ -572,6 +572,13 @@ pub const LAUNCH_BOUNDS: &[LaunchBounds] = &[
     // The warp-specialized forward and its segment-state pass: one block of three warpgroups per
     // SM (shared memory); its warpgroups move registers between them with `setmaxnreg` from the
     // 168 these rows leave each.
+    // The f32 warp-specialized forward: one block of two warpgroups per SM (shared memory), no
+    // register moves: each thread may take 255. Before `forward_ws_`, which would claim it.
+    LaunchBounds {
+        prefix: "forward_ws_f32_",
+        max_threads: FORWARD_WS_F32_THREADS,
+        min_blocks_per_sm: 1,
+    },
     LaunchBounds {
         prefix: "forward_ws_",
         max_threads: FORWARD_WS_THREADS,
@@ -719,6 +726,10 @@ pub const FORWARD_MMA_THREADS: u32 = 128;
 /// Threads per block of the warp-specialized forward (`forward_ws_*`): three warpgroups, one
 /// producer and two consumers.
 pub const FORWARD_WS_THREADS: u32 = 384;
+
+/// Threads per block of the f32 warp-specialized forward (`forward_ws_f32_*`): two warpgroups, a
+/// producer and a consumer.
+pub const FORWARD_WS_F32_THREADS: u32 = 256;
 
 /// Byte offset of bf16 element `(row, col)` in a tile of `rows` rows (a multiple of 8) stored in the
 /// tensor cores' 128-byte swizzle mode (PTX ISA §9.7.15.5.1.2): rows of 128 bytes (64 columns) in
@@ -1002,6 +1013,90 @@ pub mod forward_ws_smem {
         assert!(UNIT_BYTES.is_multiple_of(ALIGN) && S + 64 * 128 == UNIT_BYTES);
         assert!(16 * OUT_STRIDE <= 64 * 128);
         assert!(RAW.is_multiple_of(ALIGN) && RAW_BYTES.is_multiple_of(16));
+        assert!(BYTES <= 227 * 1024);
+    };
+}
+
+/// Shared-memory layout of the f32 warp-specialized forward (`forward_ws_f32_*`, compute
+/// capability 9.0) for the tensor-core geometry (R = 4, N = 128, P = 64, Na = 32, C = 16, f32
+/// activations), byte offsets from the dynamic shared base rounded up to [`forward_ws_f32_smem::ALIGN`].
+/// A block runs one head of one batch row and segment. Each operand tile is a pair of binary16
+/// tiles, `hi` and `lo` (`x = hi + 2⁻¹¹·lo`, the kernels' `f16_split`), laid out as the bf16
+/// kernel's tiles ([`swizzle128_offset`]): the pair takes the bytes of one f32 tile. The raw f32 q
+/// and k rows are staged once per chunk (single buffer: the producer stages chunk k + 1 once it
+/// has filled chunk k's tiles); the cos/sin table is the producer's own, the per-chunk weights and
+/// decays the consumer's.
+pub mod forward_ws_f32_smem {
+    /// Alignment of the layout's base and of every operand tile (the 128-byte swizzle group).
+    pub const ALIGN: u32 = 1024;
+    /// Rotated, biased q̂ `(64 rows, 128)`: `hi` binary16 tile, swizzled.
+    pub const Q_HI: u32 = 0;
+    /// q̂'s `lo` tile.
+    pub const Q_LO: u32 = 16384;
+    /// Rotated, biased k̂ `(64, 128)`: `hi` tile.
+    pub const K_HI: u32 = 32768;
+    /// k̂'s `lo` tile.
+    pub const K_LO: u32 = 49152;
+    /// Up-projected x `(64, 64)`: `hi` tile (the consumer's own).
+    pub const X_HI: u32 = 65536;
+    /// x's `lo` tile.
+    pub const X_LO: u32 = 73728;
+    /// x scaled by the state-pass key scale `exp(Ā_i)·c_i` `(64, 64)`: `hi` tile.
+    pub const XW_HI: u32 = 81920;
+    /// x_w's `lo` tile.
+    pub const XW_LO: u32 = 90112;
+    /// Weighted scores `(64, 64)`: `hi` tile.
+    pub const S_HI: u32 = 98304;
+    /// The weighted scores' `lo` tile.
+    pub const S_LO: u32 = 106496;
+    /// The consumer's output rows `(16, 64)` f32 at a row stride of [`OUT_STRIDE`], in the
+    /// score tiles (written once every consumer warp is past the intra-chunk product's wait).
+    pub const OUT: u32 = S_HI;
+    /// Row stride of the output rows (64 f32 and 16 bytes of padding).
+    pub const OUT_STRIDE: u32 = 272;
+    /// Raw staging (one buffer): raw q rows `(64, 128)` f32 at +0 and raw k rows at [`RAW_K`],
+    /// row `4t + r`, 16-byte pieces placed by [`raw_piece`].
+    pub const RAW: u32 = 114688;
+    /// Offset of the raw k rows in the staging buffer.
+    pub const RAW_K: u32 = 32768;
+    /// Raw v rows `(16, 64)` f32 in three slots (chunk mod 3), at `V + slot·V_SLOT_BYTES`.
+    pub const V: u32 = RAW + 2 * RAW_K;
+    /// Bytes of one v slot.
+    pub const V_SLOT_BYTES: u32 = 4096;
+    /// Score weights `(16, 16)` f32 per chunk parity, at `WT + parity·1024` (the consumer's).
+    pub const WT: u32 = V + 3 * V_SLOT_BYTES;
+    /// `exp(A_i)` `(16)` f32 and the chunk decay `exp(A_last)` at `[16]`, at `EXPA + parity·128`.
+    pub const EXPA: u32 = WT + 2 * 1024;
+    /// The key scales `exp(Ā_i)·c_i` `(16)` f32 at `KSCALE + parity·64`.
+    pub const KSCALE: u32 = EXPA + 2 * 128;
+    /// `(cos θ, sin θ)` of angle `a` as 8 bytes at `CS + parity·16·CS_STRIDE + t·CS_STRIDE +`
+    /// `forward_ws_smem::cs_offset(a)` (the producer's own: it forms a chunk's angles and then
+    /// rotates that chunk's rows).
+    pub const CS: u32 = KSCALE + 2 * 64;
+    /// Row stride of the cos/sin table.
+    pub const CS_STRIDE: u32 = super::forward_ws_smem::CS_STRIDE;
+    /// The f32 biases per rank and tensor (q, k), 512 bytes at `BIAS + (2r + tensor)·512`, the
+    /// four columns of `forward_ws_smem::bias_column(i)` at `+16i` (producer only).
+    pub const BIAS: u32 = CS + 2 * 16 * CS_STRIDE;
+    /// mimo_z and mimo_o of the output columns: for column `p` the 8 f32 `mimo_z[r][p]` (r < 4)
+    /// then `mimo_o[r][p]`, 32 bytes at `MIMO_ZO + 32p`.
+    pub const MIMO_ZO: u32 = BIAS + 8 * 512;
+    /// mimo_v of the consumer's x columns: for the column pair `2l`, `2l + 1` the 8 f32
+    /// `mimo_v[r][2l + e]` at `MIMO_V + 32l + 8r + 4e`.
+    pub const MIMO_V: u32 = MIMO_ZO + 2048;
+    /// Total dynamic shared memory, alignment slack included.
+    pub const BYTES: u32 = MIMO_V + 1024 + ALIGN;
+
+    /// The 16-byte piece at which piece `piece` (of 32) of raw staging row `row` (`4t + r`) is
+    /// stored: bit 0 flipped on rows whose `(row / 8)` is odd, so that the producer's loads (four
+    /// pieces of rows 8 apart per shared-memory phase) fall on 8 distinct bank groups.
+    pub const fn raw_piece(row: u32, piece: u32) -> u32 {
+        piece ^ ((row / 8) % 2)
+    }
+
+    const _: () = {
+        assert!(S_LO + 8192 == RAW && RAW.is_multiple_of(ALIGN));
+        assert!(16 * OUT_STRIDE <= 8192 && OUT_STRIDE.is_multiple_of(16));
         assert!(BYTES <= 227 * 1024);
     };
 }

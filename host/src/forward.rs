@@ -60,9 +60,10 @@ use cudarc::driver::{
     LaunchConfig, SyncOnDrop,
 };
 use mamba3_abi::{
-    forward_mma_smem, forward_smem_bytes, forward_stage_bytes, forward_tf32_smem, forward_ws_smem,
-    segment_combine_smem_bytes, ForwardParams, SegmentCombineParams, FORWARD_MMA_THREADS,
-    FORWARD_THREADS, FORWARD_WS_THREADS, SEGMENT_COMBINE_THREADS,
+    forward_mma_smem, forward_smem_bytes, forward_stage_bytes, forward_tf32_smem,
+    forward_ws_f32_smem, forward_ws_smem, segment_combine_smem_bytes, ForwardParams,
+    SegmentCombineParams, FORWARD_MMA_THREADS, FORWARD_THREADS, FORWARD_WS_F32_THREADS,
+    FORWARD_WS_THREADS, SEGMENT_COMBINE_THREADS,
 };
 
 use crate::config::{OutputMode, Rotation};
@@ -643,13 +644,14 @@ pub fn dispatch_paths_on_gpu(gpu: &Gpu, config: &ForwardConfig) -> Vec<&'static 
 /// initial state and alignment, are [`warp_specialized_plan`]'s).
 fn warp_specialized_kernel(gpu: &Gpu, config: &ForwardConfig) -> Option<Kernel> {
     let kernel = Kernel::forward_warp_specialized(config.dtype, fixed_geometry(config))?;
-    let fits = forward_ws_smem::BYTES as usize <= gpu.max_shared_memory_optin();
+    let shape = WsShape::of(config.dtype);
+    let fits = shape.smem as usize <= gpu.max_shared_memory_optin();
     let heads_per_group = config.heads / config.groups.max(1);
     (gpu.warp_specialized_kernels()
         && fits
         && config.rotation == Rotation::HalfSplit
         && config.mode == OutputMode::Gated
-        && heads_per_group.is_multiple_of(2)
+        && heads_per_group.is_multiple_of(shape.heads_per_block)
         && token_heads_fit_u32(config)
         && config.seq_len >= config.chunk_size)
         .then_some(kernel)
@@ -696,6 +698,7 @@ fn warp_specialized_plan(
     segments: usize,
 ) -> Option<(Kernel, LaunchConfig)> {
     let plain = warp_specialized_kernel(gpu, config)?;
+    let shape = WsShape::of(config.dtype);
     let ws = match params.ckpt_state {
         0 => plain,
         _ => Kernel::forward_warp_specialized_ckpt(config.dtype, fixed_geometry(config))?,
@@ -719,14 +722,41 @@ fn warp_specialized_plan(
         ws,
         LaunchConfig {
             grid_dim: (
-                (config.heads / 2) as u32,
+                (config.heads / shape.heads_per_block) as u32,
                 config.batch as u32,
                 segments as u32,
             ),
-            block_dim: (FORWARD_WS_THREADS, 1, 1),
-            shared_mem_bytes: forward_ws_smem::BYTES,
+            block_dim: (shape.threads, 1, 1),
+            shared_mem_bytes: shape.smem,
         },
     ))
+}
+
+/// The launch shape of a dtype's warp-specialized forward: the bf16 kernel runs two heads per
+/// block on three warpgroups, the f32 kernel (binary16 split tiles, twice the bytes) one head on
+/// two.
+#[derive(Clone, Copy)]
+struct WsShape {
+    heads_per_block: usize,
+    threads: u32,
+    smem: u32,
+}
+
+impl WsShape {
+    fn of(dtype: Dtype) -> Self {
+        match dtype {
+            Dtype::Bf16 => WsShape {
+                heads_per_block: 2,
+                threads: FORWARD_WS_THREADS,
+                smem: forward_ws_smem::BYTES,
+            },
+            Dtype::F32 => WsShape {
+                heads_per_block: 1,
+                threads: FORWARD_WS_F32_THREADS,
+                smem: forward_ws_f32_smem::BYTES,
+            },
+        }
+    }
 }
 
 /// Most segments one (head, batch) row is split into.

@@ -134,6 +134,12 @@ pub enum Kernel {
     /// capability 9.0 only): the producer fills k̂ alone, each consumer runs its head's state pass
     /// alone and writes the segment's hand-off slot ([`FixedForward::warp_specialized_segment_state`]).
     SegmentStateWsBf16R4N128P64Na32C16,
+    /// The warp-specialized f32 forward (compute capability 9.0 only: `wgmma`): two warpgroups
+    /// per block, a producer staging, rotating and splitting one head's q̂ and k̂ into binary16
+    /// `hi`/`lo` tiles and a consumer running every product as three `wgmma` passes at float32
+    /// accuracy; R=4, N=128, P=64, Na=32, C=16, half-split rotation, gated output
+    /// ([`FixedForward::warp_specialized`]).
+    ForwardWsF32R4N128P64Na32C16,
     /// The tensor-core forward's instantiation for calls shorter than one chunk (a decode call of
     /// a few tokens: its state pass and epilogue skip the empty 16-row tiles too), bf16, R=4,
     /// N=128, P=64, Na=32, C=16.
@@ -210,7 +216,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 85] = [
+    pub const ALL: [Kernel; 86] = [
         Kernel::PrimMmaBf16M16n8k16,
         Kernel::PrimMmaTf32M16n8k8,
         Kernel::PrimLdmatrixX4,
@@ -267,6 +273,7 @@ impl Kernel {
         Kernel::ForwardWsBf16R4N128P64Na32C16,
         Kernel::ForwardWsCkptBf16R4N128P64Na32C16,
         Kernel::SegmentStateWsBf16R4N128P64Na32C16,
+        Kernel::ForwardWsF32R4N128P64Na32C16,
         Kernel::ForwardMmaShortBf16R4N128P64Na32C16,
         Kernel::ForwardMmaUnitsBf16R4N128P64Na32C16,
         Kernel::SegmentStateMmaBf16R4N128P64Na32C16,
@@ -318,6 +325,7 @@ impl Kernel {
                 | Kernel::ForwardWsBf16R4N128P64Na32C16
                 | Kernel::ForwardWsCkptBf16R4N128P64Na32C16
                 | Kernel::SegmentStateWsBf16R4N128P64Na32C16
+                | Kernel::ForwardWsF32R4N128P64Na32C16
                 | Kernel::SegmentStateWgBf16R4N128P64Na32C16
                 | Kernel::BackwardCkptWgBf16R4N128P64Na32C16
         )
@@ -403,6 +411,7 @@ impl Kernel {
             Kernel::SegmentStateWsBf16R4N128P64Na32C16 => {
                 "segment_state_ws_bf16_r4_n128_p64_na32_c16"
             }
+            Kernel::ForwardWsF32R4N128P64Na32C16 => "forward_ws_f32_r4_n128_p64_na32_c16",
             Kernel::ForwardMmaShortBf16R4N128P64Na32C16 => {
                 "forward_mma_short_bf16_r4_n128_p64_na32_c16"
             }
@@ -767,7 +776,7 @@ pub const FIXED_FORWARD: [FixedForward; 2] = [
         )),
         tensor_core_short: None,
         tensor_core_units: None,
-        warp_specialized: None,
+        warp_specialized: Some(Kernel::ForwardWsF32R4N128P64Na32C16),
         warp_specialized_ckpt: None,
         warp_specialized_segment_state: None,
     },

@@ -153,7 +153,7 @@ const _: () = assert!(PRODUCER_REGS + 2 * CONSUMER_REGS <= 3 * 168);
 
 /// A 16-byte aligned shared-memory base: the dynamic base rounded up to `L::ALIGN`.
 #[inline(always)]
-fn layout_base() -> u32 {
+pub(crate) fn layout_base() -> u32 {
     (smem_base() + L::ALIGN - 1) & !(L::ALIGN - 1)
 }
 
@@ -250,7 +250,7 @@ impl Work {
 /// arithmetic (the host runs this kernel only where B·S·H < 2^32) and widen once, in the multiply
 /// by the row's bytes.
 #[inline(always)]
-fn row_address(base: u64, index: u32, bytes: u32) -> u64 {
+pub(crate) fn row_address(base: u64, index: u32, bytes: u32) -> u64 {
     base + index as u64 * bytes as u64
 }
 
@@ -406,7 +406,7 @@ unsafe fn load_chunk_inputs(
 
 /// An f64 from lane `src` of the warp (every lane calls it together).
 #[inline(always)]
-fn shfl_idx_f64(value: f64, src: u32) -> f64 {
+pub(crate) fn shfl_idx_f64(value: f64, src: u32) -> f64 {
     let bits = value.to_bits();
     let lo = shfl_idx_f32(f32::from_bits(bits as u32), src).to_bits();
     let hi = shfl_idx_f32(f32::from_bits((bits >> 32) as u32), src).to_bits();
@@ -1084,7 +1084,7 @@ unsafe fn consumer_states(prm: &ForwardParams, work: &Work, u: u32, ct: u32) {
 /// # Safety
 /// `at` is an 8-byte aligned global `(P, N)` f32 state.
 #[inline(always)]
-unsafe fn load_state_f32(at: u64, ct: u32) -> [[f32; 4]; 16] {
+pub(crate) unsafe fn load_state_f32(at: u64, ct: u32) -> [[f32; 4]; 16] {
     let mut state = [[0.0f32; 4]; 16];
     for (j, st) in state.iter_mut().enumerate() {
         for hh in 0..2usize {
@@ -1103,7 +1103,7 @@ unsafe fn load_state_f32(at: u64, ct: u32) -> [[f32; 4]; 16] {
 /// # Safety
 /// As [`load_state_f32`].
 #[inline(always)]
-unsafe fn store_state_f32(at: u64, ct: u32, state: &[[f32; 4]; 16]) {
+pub(crate) unsafe fn store_state_f32(at: u64, ct: u32, state: &[[f32; 4]; 16]) {
     for (j, st) in state.iter().enumerate() {
         for hh in 0..2usize {
             // SAFETY: inside the state (the caller's contract).

@@ -26,6 +26,7 @@ pub mod decode_stream;
 pub mod elem;
 pub mod f16_split;
 pub mod forward_ws;
+pub mod forward_ws_f32;
 pub mod frag;
 pub mod geometry;
 pub mod math;

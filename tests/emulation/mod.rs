@@ -762,6 +762,39 @@ pub mod arch {
             b: u64,
             scale_d: bool,
         ) {
+            rs_of::<TRANS_B, false>(acc, a, b, scale_d);
+        }
+        /// The register-A form on binary16 operands.
+        pub unsafe fn mma_m64n64k16_f16_rs<const TRANS_B: bool>(
+            acc: &mut [[f32; 4]; 8],
+            a: [u32; 4],
+            b: u64,
+            scale_d: bool,
+        ) {
+            rs_of::<TRANS_B, true>(acc, a, b, scale_d);
+        }
+        pub unsafe fn mma_m64n64k16_f16_rs_fresh<const TRANS_B: bool>(
+            a: [u32; 4],
+            b: u64,
+        ) -> [[f32; 4]; 8] {
+            let mut acc = [[0.0f32; 4]; 8];
+            rs_of::<TRANS_B, true>(&mut acc, a, b, false);
+            acc
+        }
+        pub unsafe fn mma_m64n64k16_f16_fresh<const TRANS_A: bool, const TRANS_B: bool>(
+            a: u64,
+            b: u64,
+        ) -> [[f32; 4]; 8] {
+            let mut acc = [[0.0f32; 4]; 8];
+            mma_of::<TRANS_A, TRANS_B, true>(&mut acc, a, b, false);
+            acc
+        }
+        fn rs_of<const TRANS_B: bool, const F16: bool>(
+            acc: &mut [[f32; 4]; 8],
+            a: [u32; 4],
+            b: u64,
+            scale_d: bool,
+        ) {
             use std::sync::atomic::Ordering;
             let (tid, launch) = super::super::with_ctx(|c| (c.tid, c.launch.clone()));
             let warp = (tid / 32) as usize;
@@ -786,8 +819,19 @@ pub mod arch {
                     (3, (1, 8)),
                 ] {
                     let word = slot(reg);
-                    rows[h][(k0 + 2 * q) as usize] = f32::from_bits(word << 16);
-                    rows[h][(k0 + 2 * q + 1) as usize] = f32::from_bits(word & 0xffff_0000);
+                    let (lo, hi) = if F16 {
+                        (
+                            half::f16::from_bits(word as u16).to_f32(),
+                            half::f16::from_bits((word >> 16) as u16).to_f32(),
+                        )
+                    } else {
+                        (
+                            f32::from_bits(word << 16),
+                            f32::from_bits(word & 0xffff_0000),
+                        )
+                    };
+                    rows[h][(k0 + 2 * q) as usize] = lo;
+                    rows[h][(k0 + 2 * q + 1) as usize] = hi;
                 }
             }
             launch.warp_barriers[warp].wait();
@@ -796,7 +840,7 @@ pub mod arch {
                     let n = 8 * j as u32 + 2 * t + e as u32 % 2;
                     let mut sum = if scale_d { *v } else { 0.0 };
                     for (k, a_mk) in rows[e / 2].iter().enumerate() {
-                        sum += a_mk * element(b, TRANS_B, n, k as u32);
+                        sum += a_mk * element_of::<F16>(b, TRANS_B, n, k as u32);
                     }
                     *v = sum;
                 }

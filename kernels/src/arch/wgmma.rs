@@ -179,11 +179,11 @@ macro_rules! wgmma_wait {
 /// One `wgmma.mma_async` instruction for `$shape` with A from four registers per thread and the
 /// immediate `$trans_b`; the accumulators `$acc` (tiles `[$j]`) are the positional operands.
 macro_rules! wgmma_rs_asm {
-    ($shape:literal, $list:ident, $trans_b:literal, $acc:ident, $a:ident, $b:ident, $sd:ident, [$($j:literal)*]) => {
+    ($shape:literal, $ty:literal, $list:ident, $trans_b:literal, $acc:ident, $a:ident, $b:ident, $sd:ident, [$($j:literal)*]) => {
         asm!(
             concat!(
                 "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
-                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty, " {{",
                 $list!(),
                 "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, %wgd, 1, 1, ", $trans_b, "; }}"
             ),
@@ -222,9 +222,9 @@ pub unsafe fn mma_m64n64k16_bf16_rs<const TRANS_B: bool>(
     // SAFETY: the caller's contract.
     unsafe {
         if TRANS_B {
-            wgmma_rs_asm!("m64n64k16", acc_list_n64, "1", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+            wgmma_rs_asm!("m64n64k16", "bf16", acc_list_n64, "1", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
         } else {
-            wgmma_rs_asm!("m64n64k16", acc_list_n64, "0", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+            wgmma_rs_asm!("m64n64k16", "bf16", acc_list_n64, "0", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
         }
     }
 }
@@ -256,11 +256,11 @@ pub fn keep_a_m64k128(a: &mut [[u32; 4]; 8]) {
 /// are outputs only, so the compiler keeps no earlier value of them alive into the product.
 /// `$a` is either `desc` (A through a descriptor, immediates `$trans`) or the four registers.
 macro_rules! wgmma_fresh_asm {
-    (desc, $shape:literal, $list:ident, $trans:literal, $acc:ident, $a:ident, $b:ident, [$($j:literal)*]) => {
+    (desc, $shape:literal, $ty:literal, $list:ident, $trans:literal, $acc:ident, $a:ident, $b:ident, [$($j:literal)*]) => {
         asm!(
             concat!(
                 "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
-                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty, " {{",
                 $list!(),
                 "}}, {a}, {b}, %wgd, 1, 1, ", $trans, "; }}"
             ),
@@ -272,11 +272,11 @@ macro_rules! wgmma_fresh_asm {
             options(nostack)
         )
     };
-    (regs, $shape:literal, $list:ident, $trans_b:literal, $acc:ident, $a:ident, $b:ident, [$($j:literal)*]) => {
+    (regs, $shape:literal, $ty:literal, $list:ident, $trans_b:literal, $acc:ident, $a:ident, $b:ident, [$($j:literal)*]) => {
         asm!(
             concat!(
                 "// mamba3-sm90a: {{ .reg .pred %wgd; setp.ne.u32 %wgd, {sd}, 0; ",
-                "wgmma.mma_async.sync.aligned.", $shape, ".f32.bf16.bf16 {{",
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty, " {{",
                 $list!(),
                 "}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, %wgd, 1, 1, ", $trans_b, "; }}"
             ),
@@ -306,16 +306,16 @@ pub unsafe fn mma_m64n64k16_bf16_fresh<const TRANS_A: bool, const TRANS_B: bool>
     unsafe {
         match (TRANS_A, TRANS_B) {
             (false, false) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "0, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "0, 0", acc, a, b, [0 1 2 3 4 5 6 7])
             }
             (false, true) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "0, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "0, 1", acc, a, b, [0 1 2 3 4 5 6 7])
             }
             (true, false) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "1, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "1, 0", acc, a, b, [0 1 2 3 4 5 6 7])
             }
             (true, true) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", acc_list_n64, "1, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "1, 1", acc, a, b, [0 1 2 3 4 5 6 7])
             }
         }
     }
@@ -335,9 +335,83 @@ pub unsafe fn mma_m64n64k16_bf16_rs_fresh<const TRANS_B: bool>(
     // SAFETY: the caller's contract.
     unsafe {
         if TRANS_B {
-            wgmma_fresh_asm!(regs, "m64n64k16", acc_list_n64, "1", acc, a, b, [0 1 2 3 4 5 6 7]);
+            wgmma_fresh_asm!(regs, "m64n64k16", "bf16", acc_list_n64, "1", acc, a, b, [0 1 2 3 4 5 6 7]);
         } else {
-            wgmma_fresh_asm!(regs, "m64n64k16", acc_list_n64, "0", acc, a, b, [0 1 2 3 4 5 6 7]);
+            wgmma_fresh_asm!(regs, "m64n64k16", "bf16", acc_list_n64, "0", acc, a, b, [0 1 2 3 4 5 6 7]);
+        }
+    }
+    acc
+}
+
+/// [`mma_m64n64k16_bf16_rs`] on binary16 operands (`.f16`): A as four registers of packed
+/// binary16 pairs in the same fragment map, B binary16 through the descriptor `b`.
+///
+/// # Safety
+/// As [`mma_m64n64k16_bf16_rs`].
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_f16_rs<const TRANS_B: bool>(
+    acc: &mut [[f32; 4]; 8],
+    a: [u32; 4],
+    b: u64,
+    scale_d: bool,
+) {
+    let sd = scale_d as u32;
+    // SAFETY: the caller's contract.
+    unsafe {
+        if TRANS_B {
+            wgmma_rs_asm!("m64n64k16", "f16", acc_list_n64, "1", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+        } else {
+            wgmma_rs_asm!("m64n64k16", "f16", acc_list_n64, "0", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+        }
+    }
+}
+
+/// [`mma_m64n64k16_f16_rs`] without scale-d: returns a fresh accumulator tile.
+///
+/// # Safety
+/// As [`mma_m64n64k16_bf16_rs`].
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_f16_rs_fresh<const TRANS_B: bool>(
+    a: [u32; 4],
+    b: u64,
+) -> [[f32; 4]; 8] {
+    let mut acc = [[0.0f32; 4]; 8];
+    // SAFETY: the caller's contract.
+    unsafe {
+        if TRANS_B {
+            wgmma_fresh_asm!(regs, "m64n64k16", "f16", acc_list_n64, "1", acc, a, b, [0 1 2 3 4 5 6 7]);
+        } else {
+            wgmma_fresh_asm!(regs, "m64n64k16", "f16", acc_list_n64, "0", acc, a, b, [0 1 2 3 4 5 6 7]);
+        }
+    }
+    acc
+}
+
+/// [`mma_m64n64k16_f16`] without scale-d: returns a fresh accumulator tile `A·B`.
+///
+/// # Safety
+/// As [`mma_m64n64k16_f16`].
+#[inline(always)]
+pub unsafe fn mma_m64n64k16_f16_fresh<const TRANS_A: bool, const TRANS_B: bool>(
+    a: u64,
+    b: u64,
+) -> [[f32; 4]; 8] {
+    let mut acc = [[0.0f32; 4]; 8];
+    // SAFETY: the caller's contract.
+    unsafe {
+        match (TRANS_A, TRANS_B) {
+            (false, false) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "0, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
+            (false, true) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "0, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
+            (true, false) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "1, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
+            (true, true) => {
+                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "1, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+            }
         }
     }
     acc
