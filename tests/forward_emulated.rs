@@ -813,33 +813,7 @@ fn emulated_warp_specialized_kernel_matches_golden() {
             opts(HalfSplit, Gated, true, true),
         ),
     ];
-    let mut worst = 0.0f64;
-    for (i, (g, o)) in cases.into_iter().enumerate() {
-        let case = Case {
-            geo: g,
-            chunk: 16,
-            opts: o,
-            bf16: true,
-        };
-        let seed = 400 + i as u64;
-        worst = worst.max(check_forward(
-            &case,
-            seed,
-            true,
-            1,
-            Forward::WarpSpecialized,
-        ));
-        if g.seq_len > 16 {
-            let segments = g.seq_len.div_ceil(16).min(3);
-            worst = worst.max(check_forward(
-                &case,
-                seed,
-                true,
-                segments,
-                Forward::WarpSpecialized,
-            ));
-        }
-    }
+    let worst = check_warp_specialized(&cases, Forward::WarpSpecialized, 400);
     eprintln!("emulated warp-specialized kernel: worst error {worst:.2e}");
 }
 
@@ -873,34 +847,33 @@ fn emulated_warp_specialized_f32_kernel_matches_golden() {
             opts(HalfSplit, Gated, true, true),
         ),
     ];
+    let worst = check_warp_specialized(&cases, Forward::WarpSpecializedF32, 500);
+    eprintln!("emulated warp-specialized f32 kernel: worst error {worst:.2e}");
+}
+
+/// Runs a warp-specialized `forward` (its dtype's) on each of `cases` (C = 16, seeds from
+/// `seed0`) whole and, longer than one chunk, split into up to three segments; the worst error.
+fn check_warp_specialized(
+    cases: &[(Mamba3Geometry, RandomOptions)],
+    forward: Forward,
+    seed0: u64,
+) -> f64 {
     let mut worst = 0.0f64;
-    for (i, (g, o)) in cases.into_iter().enumerate() {
+    for (i, &(g, o)) in cases.iter().enumerate() {
         let case = Case {
             geo: g,
             chunk: 16,
             opts: o,
-            bf16: false,
+            bf16: forward == Forward::WarpSpecialized,
         };
-        let seed = 500 + i as u64;
-        worst = worst.max(check_forward(
-            &case,
-            seed,
-            true,
-            1,
-            Forward::WarpSpecializedF32,
-        ));
+        let seed = seed0 + i as u64;
+        worst = worst.max(check_forward(&case, seed, true, 1, forward));
         if g.seq_len > 16 {
             let segments = g.seq_len.div_ceil(16).min(3);
-            worst = worst.max(check_forward(
-                &case,
-                seed,
-                true,
-                segments,
-                Forward::WarpSpecializedF32,
-            ));
+            worst = worst.max(check_forward(&case, seed, true, segments, forward));
         }
     }
-    eprintln!("emulated warp-specialized f32 kernel: worst error {worst:.2e}");
+    worst
 }
 
 /// The tokens after `prefix` of `case`'s random inputs (seed `seed`) and the state they start

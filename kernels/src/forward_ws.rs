@@ -157,23 +157,24 @@ pub(crate) fn layout_base() -> u32 {
     (smem_base() + L::ALIGN - 1) & !(L::ALIGN - 1)
 }
 
-/// What every warpgroup knows of the block's work.
+/// What every warpgroup knows of the block's work (also the f32 kernel's, `crate::forward_ws_f32`,
+/// whose block runs one head).
 #[derive(Clone, Copy)]
-struct Work {
+pub(crate) struct Work {
     /// Batch row, segment, segments.
-    b: usize,
-    seg: usize,
-    segments: usize,
-    /// The heads of units 0 and 1 (`2x`, `2x + 1`) and their q/k group.
-    h0: usize,
-    g: usize,
+    pub(crate) b: usize,
+    pub(crate) seg: usize,
+    pub(crate) segments: usize,
+    /// The block's first head (its units' heads `h0`, `h0 + 1`, …) and their q/k group.
+    pub(crate) h0: usize,
+    pub(crate) g: usize,
     /// S, H, G.
-    s_len: usize,
-    heads: usize,
-    groups: usize,
+    pub(crate) s_len: usize,
+    pub(crate) heads: usize,
+    pub(crate) groups: usize,
     /// The segment's tokens `[t_begin, t_end)`.
-    t_begin: u32,
-    t_end: u32,
+    pub(crate) t_begin: u32,
+    pub(crate) t_end: u32,
 }
 
 impl Work {
@@ -185,8 +186,20 @@ impl Work {
     /// The work of block `(x, y, z)`: heads `2x`, `2x + 1`, batch row `y`, segment `z`.
     #[inline(always)]
     fn of_block(prm: &ForwardParams, x: u32, y: u32, z: u32) -> Self {
+        Self::of_block_heads::<2>(prm, x, y, z)
+    }
+
+    /// The work of block `(x, y, z)` of a kernel whose blocks run `HEADS` heads each: heads
+    /// `HEADS·x …`, batch row `y`, segment `z`.
+    #[inline(always)]
+    pub(crate) fn of_block_heads<const HEADS: usize>(
+        prm: &ForwardParams,
+        x: u32,
+        y: u32,
+        z: u32,
+    ) -> Self {
         let (heads, groups) = (prm.heads as usize, prm.groups as usize);
-        let h0 = 2 * x as usize;
+        let h0 = HEADS * x as usize;
         // Fresh copies: each role forms its work after `setmaxnreg`, so nothing derived from the
         // parameters is computed once before it and held across.
         let segments = fresh_u32(prm.segments).max(1) as usize;
@@ -216,32 +229,32 @@ impl Work {
 
     /// Chunks of the segment.
     #[inline(always)]
-    fn chunks(&self) -> u32 {
+    pub(crate) fn chunks(&self) -> u32 {
         (self.t_end - self.t_begin).div_ceil(C)
     }
 
     /// First token and length of chunk `k`.
     #[inline(always)]
-    fn chunk(&self, k: u32) -> (u32, u32) {
+    pub(crate) fn chunk(&self, k: u32) -> (u32, u32) {
         let c0 = self.t_begin + k * C;
         (c0, (self.t_end - c0).min(C))
     }
 
     /// Start of unit `u`'s (b, h) row in the (B,H,S) tensors.
     #[inline(always)]
-    fn row(&self, u: u32) -> u32 {
+    pub(crate) fn row(&self, u: u32) -> u32 {
         (self.b as u32 * self.heads as u32 + self.h0 as u32 + u) * self.s_len as u32
     }
 
     /// The token index `b·S + t` of the batch row's time `t` in the (B,S,…) tensors.
     #[inline(always)]
-    fn token(&self, t: u32) -> u32 {
+    pub(crate) fn token(&self, t: u32) -> u32 {
         self.b as u32 * self.s_len as u32 + t
     }
 
     /// The token-head index `(b·S + t)·H + h` in the (B,S,H,…) tensors.
     #[inline(always)]
-    fn token_head(&self, t: u32, h: u32) -> u32 {
+    pub(crate) fn token_head(&self, t: u32, h: u32) -> u32 {
         self.token(t) * self.heads as u32 + h
     }
 }
@@ -469,16 +482,7 @@ unsafe fn chunk_tables<const STATES: bool>(
     unsafe {
         for jj in 0..if STATES { 0 } else { 2u32 } {
             let j = 2 * w + jj;
-            let i = lane / 16 + 2 * j;
-            let a_i = shfl_idx_f32(pre, i);
-            let g_i = shfl_idx_f32(gamma, i);
-            let wv = if ip < i {
-                exp(a_i - a_ip) * c_ip
-            } else if ip == i {
-                g_i
-            } else {
-                0.0
-            };
+            let wv = score_weight(pre, gamma, (a_ip, c_ip), lane, j);
             st_shared_f32(wt + 4 * (lane + 32 * j), wv);
         }
         let exp_a = exp(pre);
@@ -499,6 +503,30 @@ unsafe fn chunk_tables<const STATES: bool>(
         }
     }
     wrap_two_pi_f64(carry + total)
+}
+
+/// The score weight `w(i, i')` of entry `lane + 32j` of a chunk's `(16, 16)` table, `(i, i') =
+/// (lane / 16 + 2j, lane mod 16)`: `c_{i'}·exp(A_i − A_{i'})` below the diagonal, `γ_i` on it,
+/// zero above, from the warp's token scalars (`pre` = A, `gamma` = γ of the lane's time) and
+/// `(A_{i'}, c_{i'})` of the lane's column. Every lane of the warp calls it together.
+#[inline(always)]
+pub(crate) fn score_weight(
+    pre: f32,
+    gamma: f32,
+    (a_ip, c_ip): (f32, f32),
+    lane: u32,
+    j: u32,
+) -> f32 {
+    let (i, ip) = (lane / 16 + 2 * j, lane % 16);
+    let a_i = shfl_idx_f32(pre, i);
+    let g_i = shfl_idx_f32(gamma, i);
+    if ip < i {
+        exp(a_i - a_ip) * c_ip
+    } else if ip == i {
+        g_i
+    } else {
+        0.0
+    }
 }
 
 /// The producer warpgroup (thread `tid` < 128); `STATES` (the segment-state pass) fills k̂ only.

@@ -66,7 +66,9 @@ use crate::arch::wgmma;
 use crate::chunked_forward_mma::chunk_token_scalars;
 use crate::elem::{ldg, stg};
 use crate::f16_split::{split_f16x2, LO_WEIGHT};
-use crate::forward_ws::{layout_base, load_state_f32, row_address, shfl_idx_f64, store_state_f32};
+use crate::forward_ws::{
+    layout_base, load_state_f32, row_address, score_weight, shfl_idx_f64, store_state_f32, Work,
+};
 use crate::math::{exp, silu_rcp, sincos};
 
 const R: u32 = 4;
@@ -87,96 +89,16 @@ const QK_LO: u32 = L::Q_LO - L::Q_HI;
 /// Bytes between a tile's `hi` and `lo` halves for x, x_w and the scores (`(64, 64)`).
 const X_LO: u32 = L::X_LO - L::X_HI;
 
-/// What both warpgroups know of the block's work.
-#[derive(Clone, Copy)]
-struct Work {
-    /// Batch row, segment, segments, head and its q/k group.
-    b: usize,
-    seg: usize,
-    segments: usize,
-    h: usize,
-    g: usize,
-    /// S, H, G.
-    s_len: usize,
-    heads: usize,
-    groups: usize,
-    /// The segment's tokens `[t_begin, t_end)`.
-    t_begin: u32,
-    t_end: u32,
+/// The block's work: one head, `Work::h0`.
+#[inline(always)]
+fn work_of_block(prm: &ForwardParams, x: u32, y: u32, z: u32) -> Work {
+    Work::of_block_heads::<1>(prm, x, y, z)
 }
 
-impl Work {
-    #[inline(always)]
-    fn new(prm: &ForwardParams) -> Self {
-        Self::of_block(prm, block_x(), block_y(), block_z())
-    }
-
-    /// The work of block `(x, y, z)`: head `x`, batch row `y`, segment `z`.
-    #[inline(always)]
-    fn of_block(prm: &ForwardParams, x: u32, y: u32, z: u32) -> Self {
-        let (heads, groups) = (prm.heads as usize, prm.groups as usize);
-        let h = x as usize;
-        let segments = fresh_u32(prm.segments).max(1) as usize;
-        let (b, seg) = (y as usize, z as usize);
-        let (t_begin, t_end) = if segments > 1 {
-            let span = fresh_u32(prm.seg_chunks) * C;
-            (
-                (seg as u32 * span).min(prm.seq_len),
-                ((seg as u32 + 1) * span).min(prm.seq_len),
-            )
-        } else {
-            (0, prm.seq_len)
-        };
-        Work {
-            b,
-            seg,
-            segments,
-            h,
-            g: h / (heads / groups),
-            s_len: prm.seq_len as usize,
-            heads,
-            groups,
-            t_begin,
-            t_end,
-        }
-    }
-
-    /// Chunks of the segment.
-    #[inline(always)]
-    fn chunks(&self) -> u32 {
-        (self.t_end - self.t_begin).div_ceil(C)
-    }
-
-    /// First token and length of chunk `k`.
-    #[inline(always)]
-    fn chunk(&self, k: u32) -> (u32, u32) {
-        let c0 = self.t_begin + k * C;
-        (c0, (self.t_end - c0).min(C))
-    }
-
-    /// Start of the head's (b, h) row in the (B,H,S) tensors.
-    #[inline(always)]
-    fn row(&self) -> u32 {
-        (self.b as u32 * self.heads as u32 + self.h as u32) * self.s_len as u32
-    }
-
-    /// The token index `b·S + t` in the (B,S,…) tensors.
-    #[inline(always)]
-    fn token(&self, t: u32) -> u32 {
-        self.b as u32 * self.s_len as u32 + t
-    }
-
-    /// The token-head index `(b·S + t)·H + h` in the (B,S,H,…) tensors.
-    #[inline(always)]
-    fn token_head(&self, t: u32) -> u32 {
-        self.token(t) * self.heads as u32 + self.h as u32
-    }
-
-    /// The (b, h) index and the hand-off slot of segment `seg` (`(B,H,K−1)` slots).
-    #[inline(always)]
-    fn slot(&self, seg: usize) -> usize {
-        (self.b * self.heads + self.h) * (self.segments - 1) + seg
-    }
+/// The hand-off slot of segment `seg` of the block's (b, h) row (`(B,H,K−1)` slots).
+#[inline(always)]
+fn slot(work: &Work, seg: usize) -> usize {
+    (work.b * work.heads + work.h0) * (work.segments - 1) + seg
 }
 
 /// The kernel body (see the module docs).
@@ -191,9 +113,17 @@ pub unsafe fn forward_ws_f32(prm: &ForwardParams) {
     // SAFETY: the launch contract; each warpgroup takes one branch as a whole.
     unsafe {
         if wg == 0 {
-            producer(prm, &Work::new(prm), thread_x());
+            producer(
+                prm,
+                &work_of_block(prm, block_x(), block_y(), block_z()),
+                thread_x(),
+            );
         } else {
-            consumer(prm, &Work::new(prm), thread_x() - 128);
+            consumer(
+                prm,
+                &work_of_block(prm, block_x(), block_y(), block_z()),
+                thread_x() - 128,
+            );
         }
     }
 }
@@ -232,7 +162,11 @@ unsafe fn stage_chunk(prm: &ForwardParams, work: &Work, base: u32, k: u32, tid: 
         for i in 0..2u32 {
             let t = tid / 16 + 8 * i;
             let (src_t, size) = if t < len { (c0 + t, 16) } else { (c0, 0) };
-            let v_src = row_address(prm.v + 16 * piece as u64, work.token_head(src_t), 4 * P);
+            let v_src = row_address(
+                prm.v + 16 * piece as u64,
+                work.token_head(src_t, work.h0 as u32),
+                4 * P,
+            );
             cp_async_cg_16_zfill(v_slot + 256 * t + 16 * piece, v_src as *const u8, size);
         }
     }
@@ -259,11 +193,11 @@ unsafe fn load_angle_inputs(prm: &ForwardParams, work: &Work, k: u32, tid: u32) 
     let t0 = 4 * (lane / 8);
     let first = row_address(
         prm.angles + 4 * angle as u64,
-        work.token_head(c0 + t0),
+        work.token_head(c0 + t0, work.h0 as u32),
         4 * NA,
     );
     let stride = (4 * work.heads as u32 * NA) as u64;
-    let row = work.row() as usize + (c0 + t0) as usize;
+    let row = work.row(0) as usize + (c0 + t0) as usize;
     // SAFETY: times below the chunk's length, inside the (B,S,H,Na) logits and (B,H,S) Δ.
     unsafe {
         for i in 0..4usize {
@@ -321,13 +255,14 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
         for e in [tid, tid + 128] {
             let (r, x, i) = (e / 64, (e / 32) % 2, e % 32);
             let src = if x == 0 { prm.q_bias } else { prm.k_bias };
-            let col = (work.h * R as usize + r as usize) * N as usize + WS::bias_column(i) as usize;
+            let col =
+                (work.h0 * R as usize + r as usize) * N as usize + WS::bias_column(i) as usize;
             let v = [0, 1, 2, 3].map(|c| ldg(src, col + c));
             st_shared_v4_f32(base + L::BIAS + (2 * r + x) * 512 + 16 * i, v);
         }
         let mut carry = 0.0f64;
         if work.seg > 0 {
-            let at = 2 * (work.slot(work.seg - 1) * NA as usize + (8 * w + lane % 8) as usize);
+            let at = 2 * (slot(work, work.seg - 1) * NA as usize + (8 * w + lane % 8) as usize);
             carry = ldg(prm.seg_theta, at) as f64 + ldg(prm.seg_theta, at + 1) as f64;
         }
         if chunks > 0 {
@@ -352,7 +287,7 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 // Every producer thread is done with chunk k's raw rows (one staging buffer).
                 bar_sync::<PRODUCER, 128>();
                 let (bx, by, bz, _) = block_and_thread_fresh();
-                let work = &Work::of_block(prm, bx, by, bz);
+                let work = &work_of_block(prm, bx, by, bz);
                 stage_chunk(prm, work, base, k + 1, tid);
                 commit_group();
                 let next = load_angle_inputs(prm, work, k + 2, tid);
@@ -364,8 +299,8 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
             return;
         }
         let (bx, by, bz, tid) = block_and_thread_fresh();
-        let work = &Work::of_block(prm, bx, by, bz);
-        let bh = work.b * work.heads + work.h;
+        let work = &work_of_block(prm, bx, by, bz);
+        let bh = work.b * work.heads + work.h0;
         let (w, lane) = (tid / 32, tid % 32);
         if prm.final_theta != 0 && lane < 8 {
             let angle = 8 * w + lane;
@@ -390,7 +325,7 @@ unsafe fn producer(prm: &ForwardParams, work: &Work, tid: u32) {
                 [fma_rn(l0, LO_WEIGHT, h0), fma_rn(l1, LO_WEIGHT, h1)]
             };
             let ([v0, v1], [v2, v3]) = (join(h01, l01), join(h23, l23));
-            let row = ((work.b * R as usize + r as usize) * work.heads + work.h) * N as usize;
+            let row = ((work.b * R as usize + r as usize) * work.heads + work.h0) * N as usize;
             st_global_v4_f32(
                 prm.final_k + 4 * (row as u64 + 4 * c4 as u64),
                 [v0, v1, v2, v3],
@@ -489,7 +424,7 @@ unsafe fn load_chunk_inputs(prm: &ForwardParams, work: &Work, k: u32, ct: u32) -
     // SAFETY: token indices checked against the chunk and the sequence; (B,H,S) tensors.
     unsafe {
         if lane <= C && t < work.s_len as u32 {
-            let at = (work.row() + t) as usize;
+            let at = (work.row(0) + t) as usize;
             if lane < len {
                 a.adt = ldg(prm.adt, at);
             }
@@ -517,16 +452,7 @@ unsafe fn chunk_tables(base: u32, k: u32, len: u32, ct: u32, x: ChunkInputs) {
     unsafe {
         for jj in 0..2u32 {
             let j = 2 * w + jj;
-            let i = lane / 16 + 2 * j;
-            let a_i = shfl_idx_f32(pre, i);
-            let g_i = shfl_idx_f32(gamma, i);
-            let wv = if ip < i {
-                exp(a_i - a_ip) * c_ip
-            } else if ip == i {
-                g_i
-            } else {
-                0.0
-            };
+            let wv = score_weight(pre, gamma, (a_ip, c_ip), lane, j);
             st_shared_f32(wt + 4 * (lane + 32 * j), wv);
         }
         let exp_a = exp(pre);
@@ -635,7 +561,7 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, ct: u32) {
     let base = layout_base();
     let (w, lane) = (ct / 32, ct % 32);
     let (g, q) = (lane / 4, lane % 4);
-    let h = work.h;
+    let h = work.h0;
     let chunks = work.chunks();
     // State rows p0 and p0 + 8 of the thread (and output columns).
     let p0 = 16 * w + g;
@@ -661,7 +587,7 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, ct: u32) {
         }
         let mut state = [[0.0f32; 4]; 16];
         if work.seg > 0 {
-            let slot = work.slot(work.seg - 1);
+            let slot = slot(work, work.seg - 1);
             state = load_state_f32(prm.seg_state + 4 * (slot * (P * N) as usize) as u64, ct);
         }
         for k in 0..chunks.min(2) {
@@ -818,7 +744,7 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, ct: u32) {
             let (mut f_main, mut f_cross) = state_half::<1>(base);
             // Chunk k + 2's inputs and chunk k + 1's z, loaded while the second half runs.
             let (bx, by, bz, _) = block_and_thread_fresh();
-            let work = &Work::of_block(prm, bx, by, bz);
+            let work = &work_of_block(prm, bx, by, bz);
             let (c0, len) = work.chunk(k);
             let ahead = load_chunk_inputs(prm, work, k + 2, ct);
             z = load_z(prm, work, k + 1, (p0, q), has_z);
@@ -843,7 +769,7 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, ct: u32) {
             bar_sync::<CONSUMER, 128>();
             let (t, piece) = (ct / 8, ct % 8);
             if t < len {
-                let bth = work.token_head(c0 + t);
+                let bth = work.token_head(c0 + t, work.h0 as u32);
                 for pc in [piece, piece + 8] {
                     let v = ld_shared_v4_f32(out_rows + t * L::OUT_STRIDE + 16 * pc);
                     st_global_v4_f32(row_address(prm.out + 16 * pc as u64, bth, 4 * P), v);
@@ -855,10 +781,10 @@ unsafe fn consumer(prm: &ForwardParams, work: &Work, ct: u32) {
             }
         }
         let (bx, by, bz, tx) = block_and_thread_fresh();
-        let work = Work::of_block(prm, bx, by, bz);
+        let work = work_of_block(prm, bx, by, bz);
         let at_end = work.chunks() > 0 && work.t_end == work.s_len as u32;
         if at_end && prm.final_ssm != 0 {
-            let bh = work.b * work.heads + work.h;
+            let bh = work.b * work.heads + work.h0;
             store_state_f32(
                 prm.final_ssm + 4 * (bh * (P * N) as usize) as u64,
                 tx % 128,
@@ -883,7 +809,11 @@ unsafe fn load_z(
         return z;
     }
     let (c0, len) = work.chunk(k);
-    let first = row_address(prm.z + 4 * p0 as u64, work.token_head(c0 + q), 4 * P);
+    let first = row_address(
+        prm.z + 4 * p0 as u64,
+        work.token_head(c0 + q, work.h0 as u32),
+        4 * P,
+    );
     let stride = (4 * 4 * work.heads as u32 * P) as u64;
     // SAFETY: tokens < len of the chunk, inside the (B,S,H,P) z of the launch contract.
     unsafe {

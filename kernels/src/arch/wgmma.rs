@@ -198,37 +198,6 @@ macro_rules! wgmma_rs_asm {
     };
 }
 
-/// `wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16` with A in registers (PTX ISA
-/// §9.7.15.5.2): issues `acc ← A·B (+ acc when scale_d)` for the warpgroup, A 64×16 bf16 as four
-/// registers per thread in the `mma.m16n8k16` A-fragment map of warp `t/32`'s 16-row slice
-/// (`a[0]` rows g, columns 2q, 2q+1; `a[1]` rows g+8; `a[2]`, `a[3]` the same at columns + 8;
-/// g = (t%32)/4, q = t%4), B 16×64 bf16 in shared memory through the descriptor `b`, K-major
-/// unless `TRANS_B`. The accumulator map is that of [`mma_m64n64k16_bf16`], so an accumulator
-/// tile's two adjacent n8 tiles, packed to bf16, are the A registers of one k16 step of the next
-/// product.
-///
-/// # Safety
-/// As [`mma_m64n64k16_bf16`]; [`fence`] also ran after the last ordinary write of `a`, and the
-/// registers of `a` stay untouched until the wait that retires this product (pass them to
-/// [`keep_a_m64k128`] after it).
-#[inline(always)]
-pub unsafe fn mma_m64n64k16_bf16_rs<const TRANS_B: bool>(
-    acc: &mut [[f32; 4]; 8],
-    a: [u32; 4],
-    b: u64,
-    scale_d: bool,
-) {
-    let sd = scale_d as u32;
-    // SAFETY: the caller's contract.
-    unsafe {
-        if TRANS_B {
-            wgmma_rs_asm!("m64n64k16", "bf16", acc_list_n64, "1", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
-        } else {
-            wgmma_rs_asm!("m64n64k16", "bf16", acc_list_n64, "0", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
-        }
-    }
-}
-
 /// Keeps the A registers of eight k16 steps (an m64k128 operand) of [`mma_m64n64k16_bf16_rs`]
 /// alive up to this point: an empty instruction that reads and rewrites them, placed after the wait
 /// that retires those products, so that the compiler gives none of their registers to another
@@ -291,131 +260,105 @@ macro_rules! wgmma_fresh_asm {
     };
 }
 
-/// [`mma_m64n64k16_bf16`] without scale-d: returns a fresh accumulator tile `A·B` (its first
-/// k16 step), so that no earlier value of the tile stays alive into the product.
-///
-/// # Safety
-/// As [`mma_m64n64k16_bf16`].
-#[inline(always)]
-pub unsafe fn mma_m64n64k16_bf16_fresh<const TRANS_A: bool, const TRANS_B: bool>(
-    a: u64,
-    b: u64,
-) -> [[f32; 4]; 8] {
-    let mut acc = [[0.0f32; 4]; 8];
-    // SAFETY: the caller's contract.
-    unsafe {
-        match (TRANS_A, TRANS_B) {
-            (false, false) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "0, 0", acc, a, b, [0 1 2 3 4 5 6 7])
-            }
-            (false, true) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "0, 1", acc, a, b, [0 1 2 3 4 5 6 7])
-            }
-            (true, false) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "1, 0", acc, a, b, [0 1 2 3 4 5 6 7])
-            }
-            (true, true) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "bf16", acc_list_n64, "1, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+/// The register-A and fresh-accumulator `wgmma` entries on `$ty` operands: `$rs`, `$rs_fresh`
+/// and `$fresh` (m64n64k16).
+macro_rules! wgmma_m64n64_entries {
+    ($rs:ident, $rs_fresh:ident, $fresh:ident, $ty:literal) => {
+        #[doc = concat!(
+            "`wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty, "` with A in registers ",
+            "(PTX ISA §9.7.15.5.2): issues `acc ← A·B (+ acc when scale_d)` for the warpgroup, A ",
+            "64×16 ", $ty, " as four registers of packed pairs per thread in the `mma.m16n8k16` ",
+            "A-fragment map of warp `t/32`'s 16-row slice (`a[0]` rows g, columns 2q, 2q+1; `a[1]` ",
+            "rows g+8; `a[2]`, `a[3]` the same at columns + 8; g = (t%32)/4, q = t%4), B 16×64 ",
+            $ty, " in shared memory through the descriptor `b`, K-major unless `TRANS_B`. The ",
+            "accumulator map is that of [`mma_m64n64k16_bf16`], so an accumulator tile's two ",
+            "adjacent n8 tiles, packed, are the A registers of one k16 step of the next product.",
+            "\n\n# Safety\nAs [`mma_m64n64k16_bf16`]; [`fence`] also ran after the last ordinary ",
+            "write of `a`, and the registers of `a` stay untouched until the wait that retires ",
+            "this product (pass them to [`keep_a_m64k128`] after it)."
+        )]
+        #[inline(always)]
+        pub unsafe fn $rs<const TRANS_B: bool>(
+            acc: &mut [[f32; 4]; 8],
+            a: [u32; 4],
+            b: u64,
+            scale_d: bool,
+        ) {
+            let sd = scale_d as u32;
+            // SAFETY: the caller's contract.
+            unsafe {
+                if TRANS_B {
+                    wgmma_rs_asm!("m64n64k16", $ty, acc_list_n64, "1", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+                } else {
+                    wgmma_rs_asm!("m64n64k16", $ty, acc_list_n64, "0", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
+                }
             }
         }
-    }
-    acc
+
+        #[doc = concat!(
+            "[`", stringify!($rs), "`] without scale-d: returns a fresh accumulator tile, so that ",
+            "no earlier value of the tile stays alive into the product.\n\n# Safety\nAs [`",
+            stringify!($rs), "`]."
+        )]
+        #[inline(always)]
+        pub unsafe fn $rs_fresh<const TRANS_B: bool>(a: [u32; 4], b: u64) -> [[f32; 4]; 8] {
+            let mut acc = [[0.0f32; 4]; 8];
+            // SAFETY: the caller's contract.
+            unsafe {
+                if TRANS_B {
+                    wgmma_fresh_asm!(regs, "m64n64k16", $ty, acc_list_n64, "1", acc, a, b, [0 1 2 3 4 5 6 7]);
+                } else {
+                    wgmma_fresh_asm!(regs, "m64n64k16", $ty, acc_list_n64, "0", acc, a, b, [0 1 2 3 4 5 6 7]);
+                }
+            }
+            acc
+        }
+
+        #[doc = concat!(
+            "The m64n64k16 `wgmma` on ", $ty, " operands through descriptors without scale-d: ",
+            "returns a fresh accumulator tile `A·B` (its first k16 step), so that no earlier value ",
+            "of the tile stays alive into the product.\n\n# Safety\nAs [`mma_m64n64k16_bf16`]."
+        )]
+        #[inline(always)]
+        pub unsafe fn $fresh<const TRANS_A: bool, const TRANS_B: bool>(
+            a: u64,
+            b: u64,
+        ) -> [[f32; 4]; 8] {
+            let mut acc = [[0.0f32; 4]; 8];
+            // SAFETY: the caller's contract.
+            unsafe {
+                match (TRANS_A, TRANS_B) {
+                    (false, false) => {
+                        wgmma_fresh_asm!(desc, "m64n64k16", $ty, acc_list_n64, "0, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+                    }
+                    (false, true) => {
+                        wgmma_fresh_asm!(desc, "m64n64k16", $ty, acc_list_n64, "0, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+                    }
+                    (true, false) => {
+                        wgmma_fresh_asm!(desc, "m64n64k16", $ty, acc_list_n64, "1, 0", acc, a, b, [0 1 2 3 4 5 6 7])
+                    }
+                    (true, true) => {
+                        wgmma_fresh_asm!(desc, "m64n64k16", $ty, acc_list_n64, "1, 1", acc, a, b, [0 1 2 3 4 5 6 7])
+                    }
+                }
+            }
+            acc
+        }
+    };
 }
 
-/// [`mma_m64n64k16_bf16_rs`] without scale-d: returns a fresh accumulator tile.
-///
-/// # Safety
-/// As [`mma_m64n64k16_bf16_rs`].
-#[inline(always)]
-pub unsafe fn mma_m64n64k16_bf16_rs_fresh<const TRANS_B: bool>(
-    a: [u32; 4],
-    b: u64,
-) -> [[f32; 4]; 8] {
-    let mut acc = [[0.0f32; 4]; 8];
-    // SAFETY: the caller's contract.
-    unsafe {
-        if TRANS_B {
-            wgmma_fresh_asm!(regs, "m64n64k16", "bf16", acc_list_n64, "1", acc, a, b, [0 1 2 3 4 5 6 7]);
-        } else {
-            wgmma_fresh_asm!(regs, "m64n64k16", "bf16", acc_list_n64, "0", acc, a, b, [0 1 2 3 4 5 6 7]);
-        }
-    }
-    acc
-}
-
-/// [`mma_m64n64k16_bf16_rs`] on binary16 operands (`.f16`): A as four registers of packed
-/// binary16 pairs in the same fragment map, B binary16 through the descriptor `b`.
-///
-/// # Safety
-/// As [`mma_m64n64k16_bf16_rs`].
-#[inline(always)]
-pub unsafe fn mma_m64n64k16_f16_rs<const TRANS_B: bool>(
-    acc: &mut [[f32; 4]; 8],
-    a: [u32; 4],
-    b: u64,
-    scale_d: bool,
-) {
-    let sd = scale_d as u32;
-    // SAFETY: the caller's contract.
-    unsafe {
-        if TRANS_B {
-            wgmma_rs_asm!("m64n64k16", "f16", acc_list_n64, "1", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
-        } else {
-            wgmma_rs_asm!("m64n64k16", "f16", acc_list_n64, "0", acc, a, b, sd, [0 1 2 3 4 5 6 7]);
-        }
-    }
-}
-
-/// [`mma_m64n64k16_f16_rs`] without scale-d: returns a fresh accumulator tile.
-///
-/// # Safety
-/// As [`mma_m64n64k16_bf16_rs`].
-#[inline(always)]
-pub unsafe fn mma_m64n64k16_f16_rs_fresh<const TRANS_B: bool>(
-    a: [u32; 4],
-    b: u64,
-) -> [[f32; 4]; 8] {
-    let mut acc = [[0.0f32; 4]; 8];
-    // SAFETY: the caller's contract.
-    unsafe {
-        if TRANS_B {
-            wgmma_fresh_asm!(regs, "m64n64k16", "f16", acc_list_n64, "1", acc, a, b, [0 1 2 3 4 5 6 7]);
-        } else {
-            wgmma_fresh_asm!(regs, "m64n64k16", "f16", acc_list_n64, "0", acc, a, b, [0 1 2 3 4 5 6 7]);
-        }
-    }
-    acc
-}
-
-/// [`mma_m64n64k16_f16`] without scale-d: returns a fresh accumulator tile `A·B`.
-///
-/// # Safety
-/// As [`mma_m64n64k16_f16`].
-#[inline(always)]
-pub unsafe fn mma_m64n64k16_f16_fresh<const TRANS_A: bool, const TRANS_B: bool>(
-    a: u64,
-    b: u64,
-) -> [[f32; 4]; 8] {
-    let mut acc = [[0.0f32; 4]; 8];
-    // SAFETY: the caller's contract.
-    unsafe {
-        match (TRANS_A, TRANS_B) {
-            (false, false) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "0, 0", acc, a, b, [0 1 2 3 4 5 6 7])
-            }
-            (false, true) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "0, 1", acc, a, b, [0 1 2 3 4 5 6 7])
-            }
-            (true, false) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "1, 0", acc, a, b, [0 1 2 3 4 5 6 7])
-            }
-            (true, true) => {
-                wgmma_fresh_asm!(desc, "m64n64k16", "f16", acc_list_n64, "1, 1", acc, a, b, [0 1 2 3 4 5 6 7])
-            }
-        }
-    }
-    acc
-}
+wgmma_m64n64_entries!(
+    mma_m64n64k16_bf16_rs,
+    mma_m64n64k16_bf16_rs_fresh,
+    mma_m64n64k16_bf16_fresh,
+    "bf16"
+);
+wgmma_m64n64_entries!(
+    mma_m64n64k16_f16_rs,
+    mma_m64n64k16_f16_rs_fresh,
+    mma_m64n64k16_f16_fresh,
+    "f16"
+);
 
 /// `wgmma.wait_group.sync.aligned PENDING` for an accumulator tile of `[$j]` n8 tiles.
 macro_rules! wgmma_wait_pending {
